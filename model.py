@@ -1,0 +1,336 @@
+"""
+One GPT, three value modes (Value Residual Learning, arXiv 2410.17897).
+
+    vanilla    U_n = A_n V_n
+    resformer  U_n = A_n (lambda_1 V_1 + lambda_2 V_n)    for n >= 2
+    svformer   U_n = A_n V_1                              for n >= 2 (no value projection)
+
+A_n is layer n's causal softmax attention, V_n its value projection and V_1 the first layer's.
+The switch is `GPTConfig.value_mode`; the three lines above live in CausalSelfAttention.forward.
+The rest is a GPT-2 (learned positions, pre-LayerNorm, GELU MLP, tied head) as in nanoGPT, plus
+grouped-query attention (`n_kv_head`) and a KV cache that stores one value tensor for SVFormer.
+"""
+import inspect
+import math
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+VALUE_MODES = ("vanilla", "resformer", "svformer")
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304  # GPT-2's 50257 rounded up to a multiple of 64 for speed
+    n_layer: int = 12
+    n_head: int = 12
+    n_kv_head: int = 0  # key/value heads for grouped-query attention; 0 means n_head
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True  # bias in Linears and LayerNorms, like GPT-2; False is a bit better and faster
+    value_mode: str = "vanilla"  # "vanilla" | "resformer" | "svformer"
+    learnable_lambda: bool = False  # resformer: per-layer (lambda_1, lambda_2) trained, init 0.5/0.5
+
+    def __post_init__(self):
+        if self.value_mode not in VALUE_MODES:
+            raise ValueError(f"value_mode must be one of {', '.join(VALUE_MODES)}, got {self.value_mode!r}")
+        if self.n_kv_head == 0:
+            self.n_kv_head = self.n_head
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.n_kv_head < 1 or self.n_head % self.n_kv_head != 0:
+            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_head})")
+        if self.learnable_lambda and self.value_mode != "resformer":
+            raise ValueError("learnable_lambda only applies to value_mode='resformer'")
+
+    @property
+    def head_dim(self):
+        return self.n_embd // self.n_head
+
+    @classmethod
+    def from_dict(cls, d):
+        """Build a config from a dict that may hold other keys too (a training config)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+class KVCache:
+    """Preallocated keys for every layer, values only for layers that own a value projection.
+
+    For svformer that is one value tensor for the whole model (layer 1's), so the cache holds
+    n_layer + 1 tensors instead of 2 * n_layer: (L+1)/(2L) of a vanilla cache's bytes.
+    """
+
+    def __init__(self, config, batch_size, max_len, device, dtype):
+        shape = (batch_size, config.n_kv_head, max_len, config.head_dim)
+        n_values = 1 if config.value_mode == "svformer" else config.n_layer
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_values)]
+        self.max_len = max_len
+        self.length = 0  # tokens already stored (same for every layer once a forward finishes)
+
+    def store(self, layer, k, v):
+        """Write this step's k (and v, unless None) at the current position; return all k, v so far."""
+        start, end = self.length, self.length + k.size(2)
+        self.keys[layer][:, :, start:end] = k
+        if v is not None:
+            self.values[layer][:, :, start:end] = v
+        value_layer = layer if layer < len(self.values) else 0  # svformer: layer 1's value, for all
+        return self.keys[layer][:, :, :end], self.values[value_layer][:, :, :end]
+
+    def nbytes(self):
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+
+
+class CausalSelfAttention(nn.Module):
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.value_mode = config.value_mode
+        self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.n_kv_head, config.head_dim
+        kv_dim = config.n_kv_head * config.head_dim
+        # svformer: only the first layer projects values; the others reuse V_1 (fewer parameters)
+        self.owns_value = config.value_mode != "svformer" or layer_idx == 0
+        self.c_attn = nn.Linear(config.n_embd, config.n_embd + (2 if self.owns_value else 1) * kv_dim, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.dropout = config.dropout
+        if config.value_mode == "resformer" and layer_idx > 0:
+            lambdas = torch.tensor([0.5, 0.5])  # (lambda_1, lambda_2), the official code's values
+            if config.learnable_lambda:
+                self.value_lambdas = nn.Parameter(lambdas)
+            else:
+                self.register_buffer("value_lambdas", lambdas)
+
+    def project(self, x):
+        """q: (B, n_head, T, hd); k, v: (B, n_kv_head, T, hd); v is None without a value projection."""
+        B, T, C = x.size()
+        kv_dim = self.n_kv_head * self.head_dim
+        parts = self.c_attn(x).split([C, kv_dim, kv_dim][: 3 if self.owns_value else 2], dim=2)
+        q = parts[0].view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        k = parts[1].view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        v = parts[2].view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2) if self.owns_value else None
+        return q, k, v
+
+    def forward(self, x, first_value, kv_cache=None, return_weights=False):
+        """first_value is V_1 for these tokens (None in layer 1). Returns (output, this layer's value)."""
+        B, T, C = x.size()
+        q, k, v = self.project(x)
+
+        # The three value modes, in KV-head space (values get no positional signal).
+        if self.layer_idx == 0 or self.value_mode == "vanilla":
+            value = v  # U_n = A_n V_n
+        elif self.value_mode == "resformer":
+            lambda_1, lambda_2 = self.value_lambdas
+            value = lambda_1 * first_value + lambda_2 * v  # U_n = A_n (l1 V_1 + l2 V_n)
+        else:  # svformer
+            value = first_value  # U_n = A_n V_1
+
+        if kv_cache is not None:
+            # Values are stored only by layers that own them; svformer's others read layer 1's.
+            k_all, v_all = kv_cache.store(self.layer_idx, k, value if self.owns_value else None)
+        else:
+            k_all, v_all = k, value
+        if return_weights:  # explicit path for analysis: same maths, but keeps the attention matrix
+            att = self.attention_weights(q, k_all)
+            y = att @ v_all.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
+        else:
+            att = None
+            # T == 1 decoding attends to the whole cache, so no mask; otherwise causal.
+            y = F.scaled_dot_product_attention(q, k_all, v_all, is_causal=T > 1,
+                                               dropout_p=self.dropout if self.training else 0.0,
+                                               enable_gqa=self.n_kv_head != self.n_head)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y)), value, att
+
+    def attention_weights(self, q, k):
+        """softmax(Q K^T / sqrt(d) + causal mask), (B, n_head, T, T_k); for analysis, not training."""
+        k = k.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+        T, Tk = q.size(2), k.size(2)
+        mask = torch.ones(T, Tk, dtype=torch.bool, device=q.device).tril(diagonal=Tk - T)
+        return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+
+
+class MLP(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config, layer_idx)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, first_value, kv_cache=None, return_weights=False):
+        attn_out, value, att = self.attn(self.ln_1(x), first_value, kv_cache, return_weights)
+        x = x + attn_out
+        x = x + self.mlp(self.ln_2(x))
+        return x, value, att
+
+
+class GPT(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config, i) for i in range(config.n_layer)]),
+            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying, as GPT-2
+        self.apply(self._init_weights)
+        # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer) so the residual stream stays O(1)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, non_embedding=True):
+        """Parameters; position embeddings left out by default (the token ones are the tied head)."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.transformer.wpe.weight.numel() if non_embedding else n
+
+    def forward(self, idx, targets=None, all_logits=False, kv_cache=None, return_internals=False):
+        """Returns (logits, loss) like nanoGPT: logits for every position when targets are given
+        or all_logits=True, else only for the last position (all generation needs).
+
+        return_internals=True adds a third value: {"attention": [per layer (B, n_head, T, T)],
+        "hidden": [per layer (B, T, C) block outputs]}, computed by an explicit softmax path.
+        """
+        B, T = idx.size()
+        start = kv_cache.length if kv_cache is not None else 0
+        if start > 0 and T > 1:  # SDPA's causal mask assumes queries and keys start together
+            raise ValueError("KVCache: only the first (prefill) step may feed several tokens")
+        if start + T > self.config.block_size:
+            raise ValueError(f"sequence of {start + T} tokens exceeds block_size {self.config.block_size}")
+        pos = torch.arange(start, start + T, dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        first_value, attentions, hidden = None, [], []
+        for block in self.transformer.h:
+            x, value, att = block(x, first_value, kv_cache, return_internals)
+            if first_value is None:
+                first_value = value  # V_1, not detached: every layer's gradient reaches layer 1's W_V
+            attentions.append(att)
+            hidden.append(x)
+        if kv_cache is not None:
+            kv_cache.length += T
+        x = self.transformer.ln_f(x)
+        if targets is not None:
+            logits = self.lm_head(x)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        else:
+            logits = self.lm_head(x if all_logits else x[:, [-1], :])
+            loss = None
+        if return_internals:
+            return logits, loss, {"attention": attentions, "hidden": hidden}
+        return logits, loss
+
+    # ---- KV cache and generation ----
+
+    def kv_cache_bytes(self, batch_size, seq_len, dtype=torch.float32):
+        """Bytes a KVCache needs, from the same rule the cache allocates by."""
+        n_tensors = self.config.n_layer + (1 if self.config.value_mode == "svformer" else self.config.n_layer)
+        per_tensor = batch_size * self.config.n_kv_head * seq_len * self.config.head_dim
+        return n_tensors * per_tensor * torch.tensor([], dtype=dtype).element_size()
+
+    def new_kv_cache(self, batch_size, max_len=None, dtype=None):
+        """An empty cache on the model's device; dtype defaults to the model's (or autocast's)."""
+        param = self.lm_head.weight
+        if dtype is None:
+            on_autocast = torch.is_autocast_enabled(param.device.type)
+            dtype = torch.get_autocast_dtype(param.device.type) if on_autocast else param.dtype
+        return KVCache(self.config, batch_size, max_len or self.config.block_size, param.device, dtype)
+
+    @torch.no_grad()
+    def generate_tokens(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
+                        use_cache=True, kv_cache=None):
+        """Yield (B, 1) next tokens one at a time (for streaming). temperature 0 means greedy.
+
+        With the cache: prefill the prompt once, then feed one token per step. Learned absolute
+        positions mean a full window cannot slide: once the sequence reaches block_size, each
+        step crops the context to the last block_size tokens and refills the cache, exactly what
+        the uncached path (use_cache=False, nanoGPT's recompute) does.
+        """
+        block_size = self.config.block_size
+        if use_cache and kv_cache is None:
+            kv_cache = self.new_kv_cache(idx.size(0))
+        next_input = None
+        for _ in range(max_new_tokens):
+            context = idx[:, -block_size:]
+            if not use_cache:
+                logits, _ = self(context)
+            elif next_input is None or kv_cache.length >= block_size:
+                kv_cache.length = 0  # (re)fill from the cropped context
+                logits, _ = self(context, kv_cache=kv_cache)
+            else:
+                logits, _ = self(next_input, kv_cache=kv_cache)
+            next_input = sample_next(logits[:, -1, :].float(), temperature, top_k, top_p)
+            idx = torch.cat((idx, next_input), dim=1)
+            yield next_input
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, use_cache=True,
+                 kv_cache=None):
+        """Append max_new_tokens tokens to idx (B, T) and return the (B, T + max_new_tokens) result."""
+        new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p, use_cache, kv_cache))
+        return torch.cat([idx] + new, dim=1)
+
+    # ---- training helpers ----
+
+    def flops_per_token(self, seq_len=None):
+        """Training FLOPs per token: 6N for the weights plus 12 * L * C * T for attention (PaLM)."""
+        seq_len = seq_len or self.config.block_size
+        return 6 * self.num_params() + 12 * self.config.n_layer * self.config.n_embd * seq_len
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW; weight decay on 2-D weights (matmuls, embeddings) only, not on biases, norms, lambdas."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
+
+
+def sample_next(logits, temperature=1.0, top_k=None, top_p=None):
+    """Pick the next token from (B, vocab) logits: greedy at temperature 0, else top-k/top-p sampling."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        drop_sorted = cumulative - sorted_logits.softmax(dim=-1) > top_p  # smallest set reaching top_p
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)  # back to vocab order
+        logits = logits.masked_fill(drop, float("-inf"))
+    return torch.multinomial(logits.softmax(dim=-1), num_samples=1)

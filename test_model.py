@@ -1,0 +1,240 @@
+"""Tests for model.py: the three value modes, GQA, the shared-value KV cache. Run: python -m pytest -q"""
+import math
+
+import pytest
+import torch
+
+from model import GPT, GPTConfig, KVCache, sample_next
+
+MODES = ["vanilla", "resformer", "svformer"]
+N_HEAD = 4
+KV_HEADS = [N_HEAD, N_HEAD // 2, 1]
+
+
+def tiny(value_mode="vanilla", n_kv_head=N_HEAD, **kw):
+    args = dict(block_size=16, vocab_size=37, n_layer=3, n_head=N_HEAD, n_kv_head=n_kv_head, n_embd=32,
+                dropout=0.0, bias=False, value_mode=value_mode)
+    args.update(kw)
+    torch.manual_seed(0)
+    return GPT(GPTConfig(**args))
+
+
+def tokens(B=2, T=12, vocab=37, seed=1):
+    return torch.randint(0, vocab, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n_kv_head", KV_HEADS)
+def test_shapes_loss_and_overfit(mode, n_kv_head):
+    model = tiny(mode, n_kv_head)
+    x, y = tokens(), tokens(seed=2)
+    logits, loss = model(x, y)
+    assert logits.shape == (2, 12, 37) and torch.isfinite(loss)
+    assert abs(loss.item() - math.log(37)) < 0.5  # a fresh model is near uniform
+    last, no_loss = model(x)
+    assert last.shape == (2, 1, 37) and no_loss is None
+    assert model(x, all_logits=True)[0].shape == (2, 12, 37)
+    opt = model.configure_optimizers(0.0, 3e-3, (0.9, 0.95), "cpu")
+    first = loss.item()
+    for _ in range(60):
+        _, loss = model(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.3 * first, f"{mode}/{n_kv_head}: loss {first:.3f} -> {loss.item():.3f}"
+
+
+def test_bad_config_is_a_clear_error():
+    with pytest.raises(ValueError, match="value_mode must be one of"):
+        GPTConfig(value_mode="resformr")
+    with pytest.raises(ValueError, match="multiple of n_kv_head"):
+        GPTConfig(n_head=4, n_kv_head=3, n_embd=32)
+    with pytest.raises(ValueError, match="learnable_lambda"):
+        GPTConfig(value_mode="svformer", learnable_lambda=True)
+    assert GPTConfig(n_head=4, n_embd=32).n_kv_head == 4  # 0 means n_head
+
+
+@pytest.mark.parametrize("n_kv_head", KV_HEADS)
+def test_resformer_layer2_matches_the_formula(n_kv_head):
+    """Recompute layer 2's attention output by hand: U_2 = A_2 (0.5 V_1 + 0.5 V_2)."""
+    model = tiny("resformer", n_kv_head, n_layer=2, bias=True).eval()
+    x = tokens(B=2, T=10)
+    captured = {}
+    model.transformer.h[1].attn.register_forward_hook(lambda m, inp, out: captured.update(inp=inp, out=out))
+    model(x)
+    hidden = captured["inp"][0]  # layer 2's normalised input H_1
+    emb = model.transformer.wte(x) + model.transformer.wpe(torch.arange(10))
+    layer1 = model.transformer.h[0].attn
+    C, kv = 32, n_kv_head * 8
+    W1, b1 = layer1.c_attn.weight, layer1.c_attn.bias
+    V1 = model.transformer.h[0].ln_1(emb) @ W1[C + kv:].T + b1[C + kv:]
+    layer2 = model.transformer.h[1].attn
+    W2, b2 = layer2.c_attn.weight, layer2.c_attn.bias
+    Q, K, V2 = (hidden @ W2[:C].T + b2[:C]), (hidden @ W2[C:C + kv].T + b2[C:C + kv]), (hidden @ W2[C + kv:].T + b2[C + kv:])
+    heads = lambda t, n: t.view(2, 10, n, 8).transpose(1, 2)
+    group = N_HEAD // n_kv_head
+    Q, K = heads(Q, N_HEAD), heads(K, n_kv_head).repeat_interleave(group, dim=1)
+    V = heads(0.5 * V1 + 0.5 * V2, n_kv_head).repeat_interleave(group, dim=1)
+    A = (Q @ K.transpose(-1, -2) / math.sqrt(8)).masked_fill(torch.ones(10, 10).triu(1).bool(), float("-inf")).softmax(-1)
+    U = (A @ V).transpose(1, 2).reshape(2, 10, C)
+    expected = layer2.c_proj(U)
+    assert torch.allclose(captured["out"][0], expected, atol=1e-5)
+    # and vanilla's layer 2 does not equal it (the test can tell the modes apart)
+    assert not torch.allclose((A @ heads(V2, n_kv_head).repeat_interleave(group, 1)).transpose(1, 2).reshape(2, 10, C), U, atol=1e-3)
+
+
+def test_learnable_lambdas_start_at_half_and_get_gradients():
+    model = tiny("resformer", learnable_lambda=True)
+    lambdas = [b.attn.value_lambdas for b in model.transformer.h[1:]]
+    assert all(isinstance(p, torch.nn.Parameter) and p.tolist() == [0.5, 0.5] for p in lambdas)
+    assert not hasattr(model.transformer.h[0].attn, "value_lambdas")
+    _, loss = model(tokens(), tokens(seed=2))
+    loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in lambdas)
+    fixed = tiny("resformer")
+    assert all(not isinstance(b.attn.value_lambdas, torch.nn.Parameter) for b in fixed.transformer.h[1:])
+    assert fixed.num_params() == model.num_params() - 2 * (3 - 1)
+
+
+@pytest.mark.parametrize("n_kv_head", KV_HEADS)
+def test_svformer_has_no_value_projection_beyond_layer_1(n_kv_head):
+    for n_layer in (2, 5):
+        vanilla = tiny("vanilla", n_kv_head, n_layer=n_layer)
+        sv = tiny("svformer", n_kv_head, n_layer=n_layer)
+        saved = (n_layer - 1) * 32 * (n_kv_head * 8)
+        assert vanilla.num_params() - sv.num_params() == saved
+        assert tiny("resformer", n_kv_head, n_layer=n_layer).num_params() == vanilla.num_params()
+
+
+@pytest.mark.parametrize("mode,reaches", [("vanilla", False), ("resformer", True), ("svformer", True)])
+def test_gradient_from_last_layer_reaches_layer1_value_projection(mode, reaches):
+    """V_1 is not detached: the last layer's attention output alone sends gradient to layer 1's W_V."""
+    model = tiny(mode, n_layer=4)
+    last = model.transformer.h[-1].attn
+    # cut the residual stream into the last layer, so only its first_value argument links it to layer 1
+    last.register_forward_pre_hook(lambda m, args: (args[0].detach(),) + args[1:])
+    captured = {}
+    last.register_forward_hook(lambda m, args, out: captured.update(out=out[0]))
+    model(tokens())
+    captured["out"].pow(2).sum().backward()
+    grad = model.transformer.h[0].attn.c_attn.weight.grad
+    value_rows = grad[32 + 32:] if grad is not None else None  # rows of W_V inside the fused c_attn
+    got = value_rows is not None and value_rows.abs().sum().item() > 0
+    assert got == reaches
+
+
+@pytest.mark.parametrize("mode", MODES + ["learnable"])
+@pytest.mark.parametrize("n_kv_head", KV_HEADS)
+def test_incremental_decoding_matches_full_forward(mode, n_kv_head):
+    kw = dict(value_mode="resformer", learnable_lambda=True) if mode == "learnable" else dict(value_mode=mode)
+    model = tiny(n_kv_head=n_kv_head, **kw).eval()
+    with torch.no_grad():  # make the learnable lambdas differ from 0.5 so they matter
+        for p in model.parameters():
+            if p.dim() == 1 and p.numel() == 2:
+                p.uniform_(0.2, 0.9)
+    x = tokens(B=2, T=16)
+    full, _ = model(x, all_logits=True)
+    cache = model.new_kv_cache(batch_size=2)
+    with torch.no_grad():
+        step_logits = [model(x[:, :5], kv_cache=cache, all_logits=True)[0]]  # prefill 5 tokens
+        for t in range(5, 16):
+            step_logits.append(model(x[:, t:t + 1], kv_cache=cache)[0])
+    assert cache.length == 16
+    assert torch.allclose(torch.cat(step_logits, dim=1), full, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n_kv_head", KV_HEADS)
+def test_greedy_generate_same_with_and_without_cache_past_block_size(mode, n_kv_head):
+    model = tiny(mode, n_kv_head).eval()
+    prompt = tokens(B=2, T=3)
+    cached = model.generate(prompt, 40, temperature=0, use_cache=True)  # block_size 16: refills
+    plain = model.generate(prompt, 40, temperature=0, use_cache=False)
+    assert cached.shape == (2, 43)
+    assert torch.equal(cached, plain)
+    long_prompt = tokens(B=1, T=30)  # longer than block_size from the start
+    assert torch.equal(model.generate(long_prompt, 5, temperature=0),
+                       model.generate(long_prompt, 5, temperature=0, use_cache=False))
+
+
+def test_cache_overflow_and_multi_token_steps_are_clear_errors():
+    model = tiny().eval()
+    cache = model.new_kv_cache(1)
+    model(tokens(B=1, T=4), kv_cache=cache)
+    with pytest.raises(ValueError, match="prefill"):
+        model(tokens(B=1, T=2), kv_cache=cache)
+    with pytest.raises(ValueError, match="exceeds block_size"):
+        model(tokens(B=1, T=17))
+
+
+@pytest.mark.parametrize("n_layer", [2, 3, 12])
+def test_cache_bytes_svformer_vs_vanilla(n_layer):
+    live = {}
+    for mode in MODES:
+        for n_kv_head in KV_HEADS:
+            model = tiny(mode, n_kv_head, n_layer=n_layer).eval()
+            cache = model.new_kv_cache(batch_size=2)
+            model.generate(tokens(B=2, T=3), 4, temperature=0, kv_cache=cache)
+            assert cache.length == 6  # the last new token is never fed back
+            nbytes = sum(t.numel() * t.element_size() for t in cache.keys + cache.values)
+            assert cache.nbytes() == nbytes == model.kv_cache_bytes(2, 16, torch.float32)
+            live[mode, n_kv_head] = nbytes
+    for n_kv_head in KV_HEADS:
+        assert live["svformer", n_kv_head] * 2 * n_layer == live["vanilla", n_kv_head] * (n_layer + 1)
+        assert live["resformer", n_kv_head] == live["vanilla", n_kv_head]
+        for mode in MODES:  # bytes scale with n_kv_head / n_head
+            assert live[mode, n_kv_head] * N_HEAD == live[mode, N_HEAD] * n_kv_head
+    sv_cache = tiny("svformer", n_layer=n_layer).new_kv_cache(1)
+    assert len(sv_cache.keys) == n_layer and len(sv_cache.values) == 1  # one value tensor, really
+
+
+def test_cache_dtype_and_bytes_formula():
+    model = tiny("svformer")
+    cache = model.new_kv_cache(3, max_len=10, dtype=torch.bfloat16)
+    assert cache.keys[0].dtype == torch.bfloat16 and cache.nbytes() == model.kv_cache_bytes(3, 10, torch.bfloat16)
+    assert isinstance(cache, KVCache) and model.new_kv_cache(1).keys[0].dtype == torch.float32
+
+
+def test_analysis_path_matches_sdpa_and_is_causal():
+    for mode in MODES:
+        model = tiny(mode, n_kv_head=2).eval()
+        x = tokens(B=2, T=12)
+        with torch.no_grad():
+            logits, _ = model(x, all_logits=True)
+            logits2, _, internals = model(x, all_logits=True, return_internals=True)
+        assert torch.allclose(logits, logits2, atol=1e-5)
+        att = internals["attention"]
+        assert len(att) == 3 and att[0].shape == (2, N_HEAD, 12, 12)
+        assert torch.allclose(att[-1].sum(-1), torch.ones(2, N_HEAD, 12), atol=1e-5)
+        assert att[-1].triu(1).abs().max() == 0  # no attention to future tokens
+        assert len(internals["hidden"]) == 3 and internals["hidden"][0].shape == (2, 12, 32)
+
+
+def test_sampling_filters():
+    logits = torch.tensor([[0.0, 3.0, 1.0, 2.9]])
+    assert sample_next(logits, temperature=0).item() == 1
+    torch.manual_seed(0)
+    assert {sample_next(logits, top_k=1).item() for _ in range(20)} == {1}
+    assert {sample_next(logits, top_k=2).item() for _ in range(50)} == {1, 3}
+    assert {sample_next(logits, top_p=0.01).item() for _ in range(20)} == {1}
+    assert {sample_next(logits, top_p=0.6).item() for _ in range(50)} == {1, 3}  # 0.47 + 0.46 > 0.6
+
+
+def test_seeded_sampling_is_deterministic():
+    model = tiny("svformer").eval()
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        runs.append(model.generate(tokens(B=1, T=2), 20, temperature=1.0, top_k=10))
+    assert torch.equal(*runs)
+
+
+def test_optimizer_groups_and_flops():
+    model = tiny("resformer", learnable_lambda=True)
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and all(p.dim() == 2 for p in decay["params"])
+    assert no_decay["weight_decay"] == 0.0 and any(p.numel() == 2 for p in no_decay["params"])
+    n_total = sum(p.numel() for p in decay["params"] + no_decay["params"])
+    assert n_total == model.num_params(non_embedding=False)
+    assert model.flops_per_token(16) == 6 * model.num_params() + 12 * 3 * 32 * 16
