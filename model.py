@@ -310,6 +310,10 @@ class GPT(nn.Module):
         seq_len = seq_len or self.config.block_size
         return 6 * self.num_params() + 12 * self.config.n_layer * self.config.n_embd * seq_len
 
+    def estimate_mfu(self, tokens_per_second, peak_flops, seq_len=None):
+        """Model FLOPs utilisation: achieved training FLOP/s over the hardware's peak."""
+        return self.flops_per_token(seq_len) * tokens_per_second / peak_flops
+
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         """AdamW; weight decay on 2-D weights (matmuls, embeddings) only, not on biases, norms, lambdas."""
         params = [p for p in self.parameters() if p.requires_grad]
@@ -317,6 +321,21 @@ class GPT(nn.Module):
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
         fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
+
+
+# Dense bf16 tensor-core peak FLOP/s (vendor datasheets), matched against torch's device name,
+# longest name first. An unknown GPU gets no MFU rather than a wrong one.
+GPU_PEAK_BF16_FLOPS = {"H100 PCIe": 756e12, "H200": 989e12, "H100": 989e12, "GH200": 989e12,
+                       "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
+                       "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
+
+
+def gpu_peak_flops(device_name):
+    """Peak bf16 FLOP/s for a name like 'NVIDIA H200', or None when unknown."""
+    for name in sorted(GPU_PEAK_BF16_FLOPS, key=len, reverse=True):
+        if name in device_name:
+            return GPU_PEAK_BF16_FLOPS[name]
+    return None
 
 
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None):

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from model import GPT, GPTConfig, KVCache, sample_next
+from model import GPT, GPTConfig, KVCache, gpu_peak_flops, sample_next
 
 MODES = ["vanilla", "resformer", "svformer"]
 N_HEAD = 4
@@ -238,3 +238,11 @@ def test_optimizer_groups_and_flops():
     n_total = sum(p.numel() for p in decay["params"] + no_decay["params"])
     assert n_total == model.num_params(non_embedding=False)
     assert model.flops_per_token(16) == 6 * model.num_params() + 12 * 3 * 32 * 16
+
+
+def test_gpu_peak_lookup_and_mfu():
+    assert gpu_peak_flops("NVIDIA H100 PCIe") == 756e12 and gpu_peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert gpu_peak_flops("NVIDIA A10G") == 70e12 and gpu_peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
+    assert gpu_peak_flops("Some Future GPU") is None
+    model = tiny()
+    assert model.estimate_mfu(1000, 1e12, 16) == pytest.approx(model.flops_per_token(16) * 1000 / 1e12)
