@@ -245,7 +245,7 @@ class GPT(nn.Module):
         x = self.transformer.ln_f(x)
         if targets is not None:
             logits = self.lm_head(x)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         else:
             logits = self.lm_head(x if all_logits else x[:, [-1], :])
             loss = None
