@@ -124,7 +124,7 @@ def pick_device_and_dtype(cfg):
 
 
 def train(cfg):
-    """Run one training job; returns a summary dict (used by compare.py)."""
+    """Run one training job; returns a summary dict with the trained model (used by compare.py)."""
     ddp = int(os.environ.get("RANK", -1)) != -1  # launched by torchrun?
     rank, world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if ddp else (0, 1)
     device, dtype = pick_device_and_dtype(cfg)
@@ -141,7 +141,7 @@ def train(cfg):
 
     # ---- data ----
     data_dir = os.path.join(prepare.DATA_ROOT, cfg["dataset"])
-    if cfg["dataset"] == DEFAULT_DATASET and not os.path.isdir(data_dir) and master:
+    if cfg["dataset"] == DEFAULT_DATASET and not os.path.exists(os.path.join(data_dir, "meta.json")) and master:
         print(f"{data_dir} is not prepared yet: running python prepare.py (once, offline)")
         prepare.prepare()
     if ddp:
@@ -302,7 +302,8 @@ def train(cfg):
     speeds.sort()
     return {"status": status, "iter": iter_num, "val_loss": val_loss, "best_val_loss": best_val_loss, "evals": evals,
             "num_params": raw_model.num_params(), "tokens_per_sec": speeds[len(speeds) // 2] if speeds else float("nan"),
-            "kv_cache_bytes_per_token": raw_model.kv_cache_bytes(1, 1, getattr(torch, dtype)), "out_dir": cfg["out_dir"]}
+            "kv_cache_bytes_per_token": raw_model.kv_cache_bytes(1, 1, getattr(torch, dtype)), "out_dir": cfg["out_dir"],
+            "model": raw_model}
 
 
 def main(argv):
