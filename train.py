@@ -125,6 +125,7 @@ def pick_device_and_dtype(cfg):
 
 def train(cfg):
     """Run one training job; returns a summary dict with the trained model (used by compare.py)."""
+    GPTConfig.from_dict(cfg)  # a bad model setting fails now, before any data is touched
     ddp = int(os.environ.get("RANK", -1)) != -1  # launched by torchrun?
     rank, world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if ddp else (0, 1)
     device, dtype = pick_device_and_dtype(cfg)
