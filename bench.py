@@ -1,0 +1,372 @@
+"""
+Speed and memory of the three value modes, side by side in one run: training step, decoding with
+and without the KV cache, and the cache's bytes. Prints tables and writes everything to JSON.
+
+    python bench.py                                     # quickstart model, this machine's best device
+    python bench.py --block_size=1024                   # quickstart, decoding at 128/512/1024 contexts
+    python bench.py --model=gpt2 --compile              # GPT-2 124M (on a GPU: bf16, MFU, peak memory)
+    python bench.py --model=gpt2 --parts=cache --dtype=bfloat16   # cache bytes only (cheap anywhere)
+
+Tokens are synthetic (random ids): speed does not depend on which tokens they are, and the bench
+then needs no prepared data. Decoding always runs the eager model (torch.compile, when on, is
+applied to the training step only: the cache's growing length would recompile every step).
+"""
+import json
+import os
+import statistics
+import sys
+import time
+from contextlib import nullcontext
+
+import torch
+
+import prepare
+import train
+from configurator import load_config
+from model import GPT, VALUE_MODES, GPTConfig, KVCache, gpu_peak_flops
+
+DEFAULTS = dict(
+    # model: a size preset, then any of its settings (0 / None = the preset's value)
+    model="quickstart", n_layer=0, n_head=0, n_kv_head=0, n_embd=0, vocab_size=0, bias=None,
+    # block_size is the model's position table and the longest decoding context. The quickstart
+    # trains at 128, so --block_size=1024 is needed to decode at 512/1024; it does not change the
+    # training step, which runs at seq_len tokens (0 = the preset's training length).
+    block_size=0, seq_len=0, batch_size=0,
+    # what to run
+    parts="train,decode,cache", modes="vanilla,resformer,svformer",
+    train_steps=20, warmup_steps=3,  # timed steps (median reported) after untimed warm-up steps
+    contexts="128,512,1024", decode_tokens=32, decode_batch_sizes="1,8",  # block_size is always added
+    kv_heads="",  # n_kv_head variants for the cache table; "" = n_head, n_head/2, 1
+    # system
+    device="auto", dtype="auto", compile=False, seed=1337, json_out="out/bench.json",
+    threads=0,  # CPU threads for torch; 0 = torch's default (on a shared machine fewer can be steadier)
+)
+
+
+def presets():
+    """Model shapes: the quickstart is whatever train.py trains by default; GPT-2 124M as nanoGPT's bench."""
+    q = train.DEFAULTS
+    byte_vocab = -(-prepare.ByteTokenizer.vocab_size // 64) * 64  # 257 rounded up as train.py does: 320
+    quickstart = dict(n_layer=q["n_layer"], n_head=q["n_head"], n_kv_head=q["n_kv_head"], n_embd=q["n_embd"],
+                      vocab_size=byte_vocab, bias=q["bias"], block_size=q["block_size"],
+                      seq_len=q["block_size"], batch_size=q["batch_size"])
+    # GPT-2 124M shape; bias=False like nanoGPT's bench.py (a bit faster; no GPT-2 weights are loaded here)
+    gpt2 = dict(n_layer=12, n_head=12, n_kv_head=0, n_embd=768, vocab_size=50304, bias=False,
+                block_size=1024, seq_len=1024, batch_size=12)
+    return {"quickstart": quickstart, "gpt2": gpt2}
+
+
+def parse_list(text, cast=str):
+    """'128,512' -> [128, 512]. The configurator reads 128,512 as a tuple and stores '(128, 512)'."""
+    items = [s.strip() for s in str(text).strip("()[] ").split(",") if s.strip()]
+    try:
+        return [cast(s.strip("'\"")) for s in items]
+    except ValueError:
+        raise ValueError(f"cannot read {text!r} as a comma-separated list of {cast.__name__}") from None
+
+
+def resolve(cfg):
+    """Fill preset values, parse the lists, and check everything before any timing starts."""
+    table = presets()
+    if cfg["model"] not in table:
+        raise ValueError(f"model must be one of {', '.join(table)}, got {cfg['model']!r}")
+    cfg = dict(cfg)
+    for key, value in table[cfg["model"]].items():
+        if cfg[key] is None or cfg[key] is not False and cfg[key] == 0:  # unset (bias=False is a setting)
+            cfg[key] = value
+    if not isinstance(cfg["bias"], bool):
+        raise ValueError(f"bias must be True or False, got {cfg['bias']!r}")
+    if cfg["seq_len"] > cfg["block_size"]:
+        raise ValueError(f"seq_len {cfg['seq_len']} exceeds block_size {cfg['block_size']}")
+    cfg["parts"] = parse_list(cfg["parts"])
+    for part in cfg["parts"]:
+        if part not in ("train", "decode", "cache"):
+            raise ValueError(f"parts are train, decode, cache; got {part!r}")
+    cfg["modes"] = parse_list(cfg["modes"])
+    for mode in cfg["modes"]:
+        if mode not in VALUE_MODES:
+            raise ValueError(f"modes must be among {', '.join(VALUE_MODES)}, got {mode!r}")
+    n_head = cfg["n_head"]
+    cfg["kv_heads"] = parse_list(cfg["kv_heads"], int) or sorted({n_head, max(n_head // 2, 1), 1}, reverse=True)
+    for h in cfg["kv_heads"]:
+        if h < 1 or n_head % h:
+            raise ValueError(f"kv_heads: n_head ({n_head}) must be a multiple of each, got {h}")
+    cfg["decode_batch_sizes"] = parse_list(cfg["decode_batch_sizes"], int)
+    # Contexts above block_size cannot be decoded with learned positions: skip them, say so.
+    asked = parse_list(cfg["contexts"], int) + [cfg["block_size"]]
+    cfg["contexts"] = sorted({c for c in asked if c <= cfg["block_size"]})
+    cfg["skipped_contexts"] = sorted({c for c in asked if c > cfg["block_size"]})
+    for c in cfg["contexts"]:
+        if c <= cfg["decode_tokens"]:
+            raise ValueError(f"context {c} must be longer than decode_tokens ({cfg['decode_tokens']}): "
+                             f"the prompt is context - decode_tokens tokens")
+    if min(cfg["train_steps"], cfg["decode_tokens"], *cfg["decode_batch_sizes"], cfg["batch_size"]) < 1:
+        raise ValueError("train_steps, decode_tokens, batch sizes must be at least 1")
+    return cfg
+
+
+def build(cfg, mode, n_kv_head=None, device="cpu"):
+    """A fresh GPT in one value mode; the same seed for every mode, so shared shapes start equal."""
+    torch.manual_seed(cfg["seed"])
+    conf = GPTConfig.from_dict({**cfg, "value_mode": mode, "dropout": 0.0,
+                                "n_kv_head": cfg["n_kv_head"] if n_kv_head is None else n_kv_head})
+    with torch.device(device):  # "meta" builds shapes only: instant, even for GPT-2
+        return GPT(conf)
+
+
+def synchronize(device):
+    """CUDA runs asynchronously: wait for the queued kernels before reading the clock."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+# ---- training step ----
+
+def bench_train(cfg, device, dtype, autocast):
+    """ms/step over train_steps AdamW steps per mode, after warm-up; the modes take turns step by step
+    so that a busy neighbour on a shared machine slows them all alike and the ratios stay fair."""
+    device_type = "cuda" if device.startswith("cuda") else device
+    B, T = cfg["batch_size"], cfg["seq_len"]
+    gen = torch.Generator().manual_seed(cfg["seed"])
+    x, y = (torch.randint(cfg["vocab_size"], (B, T), generator=gen).to(device) for _ in range(2))
+    d = train.DEFAULTS
+    runs, results = {}, {}
+    for mode in cfg["modes"]:
+        if device_type == "cuda":  # this mode's peak: its own weights, optimizer state and activations
+            others = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        raw = build(cfg, mode).to(device)
+        opt = raw.configure_optimizers(d["weight_decay"], d["learning_rate"], (d["beta1"], d["beta2"]), device_type)
+        scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
+        model = torch.compile(raw) if cfg["compile"] else raw
+
+        def step(model=model, opt=opt, scaler=scaler):  # train.py's step: forward, backward, clip, AdamW
+            with autocast:
+                loss = model(x, y)[1]
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), d["grad_clip"])
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
+
+        for _ in range(cfg["warmup_steps"]):  # first calls allocate, autotune, compile: not timed
+            step()
+        synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device) - others if device_type == "cuda" else None
+        runs[mode] = step
+        results[mode] = {"params": raw.num_params(), "step_ms": [], "peak_mem_bytes": peak, "raw": raw}
+    for i in range(cfg["train_steps"]):
+        k = i % len(cfg["modes"])  # rotate who goes first
+        for mode in cfg["modes"][k:] + cfg["modes"][:k]:
+            synchronize(device)
+            t0 = time.perf_counter()
+            runs[mode]()
+            synchronize(device)
+            results[mode]["step_ms"].append(1000 * (time.perf_counter() - t0))
+    peak_flops = gpu_peak_flops(torch.cuda.get_device_name(device)) if device_type == "cuda" else None
+    for mode, r in results.items():
+        raw = r.pop("raw")
+        r["ms_per_step"] = statistics.median(r["step_ms"])
+        r["tokens_per_s"] = B * T / (r["ms_per_step"] / 1000)
+        r["mfu"] = raw.estimate_mfu(r["tokens_per_s"], peak_flops, T) if peak_flops else None
+    return {"batch_size": B, "seq_len": T, "steps": cfg["train_steps"], "warmup_steps": cfg["warmup_steps"],
+            "compile": cfg["compile"], "peak_flops": peak_flops, "modes": results}
+
+
+# ---- decoding ----
+
+def timed_generate(model, prompt, n, use_cache, device):
+    """Greedy generation; returns (new tokens, seconds to the first token, seconds for the rest)."""
+    synchronize(device)
+    t0 = time.perf_counter()
+    new = []
+    for tok in model.generate_tokens(prompt, n, temperature=0, use_cache=use_cache):
+        new.append(tok)
+        if len(new) == 1:  # the first token costs a full forward of the prompt either way
+            synchronize(device)
+            t1 = time.perf_counter()
+    synchronize(device)
+    return torch.cat(new, dim=1), t1 - t0, time.perf_counter() - t1
+
+
+@torch.no_grad()
+def bench_decode(cfg, device, autocast):
+    """tokens/s with the cache (prefill once, then one token per step) and without it (nanoGPT's
+    recompute of the whole context per token), from the same prompt of context - decode_tokens
+    tokens, so each run ends at exactly `context` tokens. The two greedy outputs must agree."""
+    n = cfg["decode_tokens"]
+    models = {mode: build(cfg, mode).to(device).eval() for mode in cfg["modes"]}
+    gen = torch.Generator().manual_seed(cfg["seed"])
+    rows = []
+    with autocast:
+        for model in models.values():  # warm-up: first calls allocate and pick kernels
+            for use_cache in (True, False):
+                timed_generate(model, torch.zeros(1, 8, dtype=torch.long, device=device), 2, use_cache, device)
+        for B in cfg["decode_batch_sizes"]:
+            for C in cfg["contexts"]:
+                prompt = torch.randint(cfg["vocab_size"], (B, C - n), generator=gen).to(device)
+                for mode, model in models.items():
+                    cached, c_first, c_rest = timed_generate(model, prompt, n, True, device)
+                    plain, p_first, p_rest = timed_generate(model, prompt, n, False, device)
+                    row = {"mode": mode, "batch": B, "context": C, "prompt_len": C - n, "new_tokens": n,
+                           # steady-state decoding (after the first token) and end to end (with prefill)
+                           "cached_tok_s": B * (n - 1) / c_rest if n > 1 else None,
+                           "uncached_tok_s": B * (n - 1) / p_rest if n > 1 else None,
+                           "cached_e2e_tok_s": B * n / (c_first + c_rest),
+                           "uncached_e2e_tok_s": B * n / (p_first + p_rest),
+                           "tokens_match": bool(torch.equal(cached, plain))}
+                    row["speedup"] = row["cached_tok_s"] / row["uncached_tok_s"] if n > 1 else None
+                    row["e2e_speedup"] = row["cached_e2e_tok_s"] / row["uncached_e2e_tok_s"]
+                    rows.append(row)
+    return {"new_tokens": n, "contexts": cfg["contexts"], "skipped_contexts": cfg["skipped_contexts"],
+            "batch_sizes": cfg["decode_batch_sizes"], "tokens_match": all(r["tokens_match"] for r in rows),
+            "rows": rows}
+
+
+# ---- KV cache bytes ----
+
+def bench_cache(cfg, device, ptdtype):
+    """Bytes of real KVCache tensors (batch 1, block_size long, in the run's dtype) for each mode and
+    n_kv_head, checked against the model's own formula and SVFormer's (L+1)/(2L) of vanilla."""
+    L, max_len = cfg["n_layer"], cfg["block_size"]
+    rows, vanilla = [], {}
+    mha = build(cfg, "vanilla", cfg["n_head"], device="meta").kv_cache_bytes(1, max_len, ptdtype)  # reference
+    for h in cfg["kv_heads"]:
+        for mode in VALUE_MODES:  # vanilla always, so svformer's ratio has its reference
+            model = build(cfg, mode, h, device="meta")  # the formula needs a model, not its weights
+            cache = KVCache(model.config, 1, max_len, device, ptdtype)
+            nbytes = cache.nbytes()
+            if mode == "vanilla":
+                vanilla[h] = nbytes
+            rows.append({"mode": mode, "n_kv_head": h, "tensors": len(cache.keys) + len(cache.values),
+                         "bytes_per_token": nbytes // max_len, "bytes_full": nbytes, "max_len": max_len,
+                         "formula_matches": nbytes == model.kv_cache_bytes(1, max_len, ptdtype),
+                         "vs_vanilla": nbytes / vanilla[h], "vs_vanilla_mha": nbytes / mha})
+            del cache
+    for r in rows:
+        # exact, in integers: svformer * 2L == vanilla * (L+1)
+        r["exact_svformer_ratio"] = (r["bytes_full"] * 2 * L == vanilla[r["n_kv_head"]] * (L + 1)
+                                     if r["mode"] == "svformer" else None)
+    rows = [r for r in rows if r["mode"] in cfg["modes"] or r["mode"] == "vanilla"]
+    return {"dtype": str(ptdtype).removeprefix("torch."), "batch": 1, "max_len": max_len,
+            "expected_svformer_ratio": (L + 1) / (2 * L), "rows": rows}
+
+
+# ---- summary ----
+
+def ratios_and_targets(result):
+    tr, de, ca = result["train"], result["decode"], result["cache"]
+    ratios, targets = {}, []
+    modes = tr["modes"] if tr else {}
+    if "vanilla" in modes:
+        for mode in ("resformer", "svformer"):
+            if mode in modes:
+                ratios[f"train_{mode}_vs_vanilla"] = modes[mode]["ms_per_step"] / modes["vanilla"]["ms_per_step"]
+    if de:
+        ratios["decode_cached_vs_uncached"] = {f"{r['mode']}_b{r['batch']}_c{r['context']}": r["speedup"]
+                                               for r in de["rows"]}
+    if ca:
+        ratios["cache_svformer_vs_vanilla"] = {str(r["n_kv_head"]): r["vs_vanilla"] for r in ca["rows"]
+                                               if r["mode"] == "svformer"}
+
+    def target(name, value, goal, met):
+        targets.append({"target": name, "value": value, "goal": goal, "met": met})
+
+    r = ratios.get("train_resformer_vs_vanilla")
+    target("resformer step time within 3% of vanilla", r, "<= 1.03", None if r is None else r <= 1.03)
+    r = ratios.get("train_svformer_vs_vanilla")
+    target("svformer step at least as fast as vanilla", r, "<= 1.00", None if r is None else r <= 1.0)
+    at_1024 = [row["speedup"] for row in (de["rows"] if de else []) if row["context"] == 1024 and row["speedup"]]
+    r = min(at_1024) if at_1024 else None  # the worst mode and batch size
+    target("cached decoding at 1024 context >= 5x recompute (CPU)", r, ">= 5", None if r is None else r >= 5)
+    exact = [row["exact_svformer_ratio"] for row in (ca["rows"] if ca else []) if row["mode"] == "svformer"]
+    target("svformer cache bytes exactly (L+1)/(2L) of vanilla", ca["expected_svformer_ratio"] if ca else None,
+           "exact", all(exact) if exact else None)
+    mfus = [m["mfu"] for m in modes.values() if m["mfu"] is not None]
+    r = min(mfus) if mfus else None
+    target("MFU >= 40% (H100/H200, GPT-2 124M, bf16, compile)", r, ">= 0.40", None if r is None else r >= 0.40)
+    return ratios, targets
+
+
+def report(result):
+    """The tables a person reads; the JSON holds the same numbers and more."""
+    print(f"{result['model']['preset']}: {result['model']['n_layer']} layers x {result['model']['n_embd']}, "
+          f"{result['device']} ({result['device_name']}) {result['dtype']}, torch {result['torch']}, "
+          f"{result['threads']} threads")
+    if result["train"]:
+        tr = result["train"]
+        print(f"\ntraining step: batch {tr['batch_size']} x {tr['seq_len']} tokens, median of {tr['steps']} steps "
+              f"after {tr['warmup_steps']} warm-up, compile={tr['compile']}")
+        print(f"{'mode':<10} {'params':>10} {'ms/step':>9} {'tokens/s':>10} {'vs vanilla':>10} {'MFU':>6} {'peak mem':>9}")
+        base = tr["modes"].get("vanilla", {}).get("ms_per_step")
+        for mode, m in tr["modes"].items():
+            rel = f"{m['ms_per_step'] / base:.3f}" if base else "-"
+            mfu = f"{100 * m['mfu']:.1f}%" if m["mfu"] is not None else "-"
+            mem = f"{m['peak_mem_bytes'] / 2**20:.0f}MiB" if m["peak_mem_bytes"] is not None else "-"
+            print(f"{mode:<10} {m['params']:>10,} {m['ms_per_step']:>9.1f} {m['tokens_per_s']:>10,.0f} {rel:>10} {mfu:>6} {mem:>9}")
+    if result["decode"]:
+        de = result["decode"]
+        skipped = f"; skipped contexts {de['skipped_contexts']} > block_size" if de["skipped_contexts"] else ""
+        print(f"\ndecoding: {de['new_tokens']} new tokens, greedy, tok/s after the first token "
+              f"(e2e: with prefill){skipped}")
+        print(f"{'mode':<10} {'batch':>5} {'context':>7} {'cached':>9} {'uncached':>9} {'speedup':>8} {'e2e':>6} {'same':>5}")
+        for r in de["rows"]:
+            sp = f"{r['speedup']:.1f}x" if r["speedup"] else "-"
+            print(f"{r['mode']:<10} {r['batch']:>5} {r['context']:>7} {r['cached_tok_s'] or 0:>9,.0f} "
+                  f"{r['uncached_tok_s'] or 0:>9,.0f} {sp:>8} {r['e2e_speedup']:>5.1f}x {str(r['tokens_match']):>5}")
+    if result["cache"]:
+        ca = result["cache"]
+        print(f"\nKV cache: batch 1, {ca['max_len']} tokens, {ca['dtype']}, live tensor bytes "
+              f"(svformer expected {ca['expected_svformer_ratio']:.4f} of vanilla)")
+        print(f"{'mode':<10} {'kv_heads':>8} {'tensors':>7} {'bytes/token':>11} {'at full ctx':>13} {'vs vanilla':>10} {'vs MHA':>7} {'exact':>5}")
+        for r in ca["rows"]:
+            exact = "-" if r["exact_svformer_ratio"] is None else str(r["exact_svformer_ratio"])
+            print(f"{r['mode']:<10} {r['n_kv_head']:>8} {r['tensors']:>7} {r['bytes_per_token']:>11,} "
+                  f"{r['bytes_full']:>13,} {r['vs_vanilla']:>10.4f} {r['vs_vanilla_mha']:>7.4f} {exact:>5}")
+    print("\ntargets:")
+    for t in result["targets"]:
+        value = "not measured" if t["value"] is None else f"{t['value']:.4f}"
+        met = {True: "met", False: "MISSED", None: "-"}[t["met"]]
+        print(f"  {t['target']}: {value} (goal {t['goal']}) {met}")
+
+
+def main(argv):
+    t_start = time.time()
+    cfg = resolve(load_config(DEFAULTS, argv))
+    device, dtype = train.pick_device_and_dtype(cfg)
+    if cfg["threads"] > 0:
+        torch.set_num_threads(cfg["threads"])
+    device_type = "cuda" if device.startswith("cuda") else device
+    ptdtype = getattr(torch, dtype)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    # as train.py: float32 weights, bf16/fp16 compute under autocast (the cache takes autocast's dtype)
+    autocast = nullcontext() if dtype == "float32" else torch.autocast(device_type, dtype=ptdtype)
+    result = {"config": {k: v for k, v in cfg.items()}, "device": device, "dtype": dtype,
+              "device_name": torch.cuda.get_device_name(device) if device_type == "cuda" else device,
+              "torch": torch.__version__, "threads": torch.get_num_threads(),
+              "model": {"preset": cfg["model"], **{k: cfg[k] for k in ("n_layer", "n_head", "n_kv_head", "n_embd",
+                                                                        "vocab_size", "bias", "block_size")}},
+              "train": None, "decode": None, "cache": None}
+    if "train" in cfg["parts"]:
+        result["train"] = bench_train(cfg, device, dtype, autocast)
+    if "decode" in cfg["parts"]:
+        result["decode"] = bench_decode(cfg, device, autocast)
+    if "cache" in cfg["parts"]:
+        result["cache"] = bench_cache(cfg, device, ptdtype)
+    result["ratios"], result["targets"] = ratios_and_targets(result)
+    result["wall_s"] = time.time() - t_start
+    report(result)
+    if cfg["json_out"]:
+        os.makedirs(os.path.dirname(cfg["json_out"]) or ".", exist_ok=True)
+        with open(cfg["json_out"], "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"\nwrote {cfg['json_out']} ({result['wall_s']:.0f}s)")
+    return result
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (ValueError, FileNotFoundError) as e:  # user mistakes: one line, no traceback
+        sys.exit(f"error: {e}")
