@@ -9,7 +9,7 @@ with the same seeds and schedule, then measure loss, KV cache, speed and attenti
 
 Modes are value modes with optional suffixes: `_learnable` (ResFormer with learnable lambdas) and
 `_kvN` (grouped-query attention with N key/value heads), e.g. svformer_kv1.
-`--seeds=N` means N seeds starting at --seed; `--seeds=1,2,3` lists them.
+`--seeds=N` means N seeds starting at --seed; `--seeds=1,2,3` lists them (`--seeds=7,` is seed 7 alone).
 
 Writes to out_dir: results.md, results.json, loss.png, attention_entropy.png, similarity.png,
 and one folder per run (<mode>_seed<k>/ with train.py's log.jsonl, ckpt.pt and summary.json).
@@ -282,6 +282,8 @@ def main(argv):
     modes, seeds = parse_modes(cfg["modes"]), parse_seeds(cfg["seeds"], cfg["seed"])
     if cfg["analysis_samples"] < 1:
         raise ValueError("--analysis_samples must be at least 1")
+    if cfg["resume"]:  # each run starts fresh; continuing a comparison is reusing its finished runs
+        raise ValueError("compare.py takes no --resume: run the same command again and finished runs are reused")
     root = cfg["out_dir"]
     os.makedirs(root, exist_ok=True)
     base = {k: cfg[k] for k in train.DEFAULTS}  # train gets only its own settings

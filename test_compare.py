@@ -95,5 +95,7 @@ def test_modes_and_seeds_parsing():
         compare.parse_seeds("three", 1)
 
 
-def test_compare_settings_do_not_shadow_train_settings():
+def test_compare_settings_do_not_shadow_train_settings(tmp_path):
     assert not set(compare.COMPARE) & set(train.DEFAULTS)
+    with pytest.raises(ValueError, match="resume"):
+        compare.main([f"--out_dir={tmp_path}", "--resume"])
