@@ -57,6 +57,13 @@ class GPTConfig:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
+def kv_cache_bytes(config, batch_size, seq_len, dtype=torch.float32):
+    """Bytes a KVCache for this config needs, by the rule KVCache allocates with (no model needed)."""
+    n_tensors = config.n_layer + (1 if config.value_mode == "svformer" else config.n_layer)
+    per_tensor = batch_size * config.n_kv_head * seq_len * config.head_dim
+    return n_tensors * per_tensor * torch.tensor([], dtype=dtype).element_size()
+
+
 class KVCache:
     """Preallocated keys for every layer, values only for layers that own a value projection.
 
@@ -256,10 +263,7 @@ class GPT(nn.Module):
     # ---- KV cache and generation ----
 
     def kv_cache_bytes(self, batch_size, seq_len, dtype=torch.float32):
-        """Bytes a KVCache needs, from the same rule the cache allocates by."""
-        n_tensors = self.config.n_layer + (1 if self.config.value_mode == "svformer" else self.config.n_layer)
-        per_tensor = batch_size * self.config.n_kv_head * seq_len * self.config.head_dim
-        return n_tensors * per_tensor * torch.tensor([], dtype=dtype).element_size()
+        return kv_cache_bytes(self.config, batch_size, seq_len, dtype)
 
     def new_kv_cache(self, batch_size, max_len=None, dtype=None):
         """An empty cache on the model's device; dtype defaults to the model's (or autocast's)."""

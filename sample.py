@@ -20,7 +20,7 @@ import torch
 
 import prepare
 from configurator import load_config
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, kv_cache_bytes
 from train import load_checkpoint, pick_device_and_dtype
 
 DEFAULTS = dict(
@@ -94,14 +94,6 @@ class StreamDecoder:
         return text
 
 
-def vanilla_cache_bytes(config, seq_len, dtype):
-    """What a vanilla cache of the same shape would need, by model.py's own rule (on the meta
-    device, so building the model costs no memory)."""
-    with torch.device("meta"):
-        vanilla = GPT(dataclasses.replace(config, value_mode="vanilla", learnable_lambda=False))
-    return vanilla.kv_cache_bytes(1, seq_len, dtype)
-
-
 def sample(cfg, out=None, err=None):
     """Print num_samples samples to out (streaming; default stdout), a speed and cache report to
     err (default stderr). Returns {"tokens": [new ids per sample], "tokens_per_sec", "cache_bytes",
@@ -156,7 +148,8 @@ def sample(cfg, out=None, err=None):
     # The cache is preallocated for a full block, so its bytes are for block_size positions.
     length, cache_dtype = config.block_size, cache.keys[0].dtype if cache is not None else getattr(torch, dtype)
     cache_bytes = cache.nbytes() if cache is not None else model.kv_cache_bytes(1, length, cache_dtype)
-    vanilla_bytes = vanilla_cache_bytes(config, length, cache_dtype)
+    vanilla = dataclasses.replace(config, value_mode="vanilla", learnable_lambda=False)
+    vanilla_bytes = kv_cache_bytes(vanilla, 1, length, cache_dtype)
     n_values = 1 if config.value_mode == "svformer" else config.n_layer
     what = "KV cache" if cache is not None else "KV cache off; on, it would take"
     print(f"{what}: {cache_bytes:,} bytes for {length} positions ({config.n_layer} key + {n_values} value tensors, "
