@@ -4,6 +4,7 @@ and without the KV cache, and the cache's bytes. Prints tables and writes everyt
 
     python bench.py                                     # quickstart model, this machine's best device
     python bench.py --block_size=1024                   # quickstart, decoding at 128/512/1024 contexts
+    python bench.py --block_size=1024 --threads=1       # the same on a busy shared CPU (steadier)
     python bench.py --model=gpt2 --compile              # GPT-2 124M (on a GPU: bf16, MFU, peak memory)
     python bench.py --model=gpt2 --parts=cache --dtype=bfloat16   # cache bytes only (cheap anywhere)
 
@@ -39,7 +40,7 @@ DEFAULTS = dict(
     kv_heads="",  # n_kv_head variants for the cache table; "" = n_head, n_head/2, 1
     # system
     device="auto", dtype="auto", compile=False, seed=1337, json_out="out/bench.json",
-    threads=0,  # CPU threads for torch; 0 = torch's default (on a shared machine fewer can be steadier)
+    threads=0,  # CPU threads for torch; 0 = its default. On a busy shared CPU, 1 can be several times faster
 )
 
 
@@ -100,6 +101,8 @@ def resolve(cfg):
         if c <= cfg["decode_tokens"]:
             raise ValueError(f"context {c} must be longer than decode_tokens ({cfg['decode_tokens']}): "
                              f"the prompt is context - decode_tokens tokens")
+    if cfg["compile"] and cfg["warmup_steps"] < 1:
+        raise ValueError("compile needs warmup_steps >= 1, or compilation is timed as a training step")
     if min(cfg["train_steps"], cfg["decode_tokens"], *cfg["decode_batch_sizes"], cfg["batch_size"]) < 1:
         raise ValueError("train_steps, decode_tokens, batch sizes must be at least 1")
     return cfg
@@ -130,7 +133,7 @@ def bench_train(cfg, device, dtype, autocast):
     gen = torch.Generator().manual_seed(cfg["seed"])
     x, y = (torch.randint(cfg["vocab_size"], (B, T), generator=gen).to(device) for _ in range(2))
     d = train.DEFAULTS
-    runs, results = {}, {}
+    runs, raws, results = {}, {}, {}
     for mode in cfg["modes"]:
         if device_type == "cuda":  # this mode's peak: its own weights, optimizer state and activations
             others = torch.cuda.memory_allocated(device)
@@ -154,8 +157,8 @@ def bench_train(cfg, device, dtype, autocast):
             step()
         synchronize(device)
         peak = torch.cuda.max_memory_allocated(device) - others if device_type == "cuda" else None
-        runs[mode] = step
-        results[mode] = {"params": raw.num_params(), "step_ms": [], "peak_mem_bytes": peak, "raw": raw}
+        runs[mode], raws[mode] = step, raw
+        results[mode] = {"params": raw.num_params(), "step_ms": [], "peak_mem_bytes": peak}
     for i in range(cfg["train_steps"]):
         k = i % len(cfg["modes"])  # rotate who goes first
         for mode in cfg["modes"][k:] + cfg["modes"][:k]:
@@ -166,10 +169,9 @@ def bench_train(cfg, device, dtype, autocast):
             results[mode]["step_ms"].append(1000 * (time.perf_counter() - t0))
     peak_flops = gpu_peak_flops(torch.cuda.get_device_name(device)) if device_type == "cuda" else None
     for mode, r in results.items():
-        raw = r.pop("raw")
         r["ms_per_step"] = statistics.median(r["step_ms"])
         r["tokens_per_s"] = B * T / (r["ms_per_step"] / 1000)
-        r["mfu"] = raw.estimate_mfu(r["tokens_per_s"], peak_flops, T) if peak_flops else None
+        r["mfu"] = raws[mode].estimate_mfu(r["tokens_per_s"], peak_flops, T) if peak_flops else None
     return {"batch_size": B, "seq_len": T, "steps": cfg["train_steps"], "warmup_steps": cfg["warmup_steps"],
             "compile": cfg["compile"], "peak_flops": peak_flops, "modes": results}
 
@@ -199,10 +201,11 @@ def bench_decode(cfg, device, autocast):
     models = {mode: build(cfg, mode).to(device).eval() for mode in cfg["modes"]}
     gen = torch.Generator().manual_seed(cfg["seed"])
     rows = []
+    print_decode_header(cfg)
     with autocast:
         for model in models.values():  # warm-up: first calls allocate and pick kernels
             for use_cache in (True, False):
-                timed_generate(model, torch.zeros(1, 8, dtype=torch.long, device=device), 2, use_cache, device)
+                timed_generate(model, torch.zeros(1, 1, dtype=torch.long, device=device), 2, use_cache, device)
         for B in cfg["decode_batch_sizes"]:
             for C in cfg["contexts"]:
                 prompt = torch.randint(cfg["vocab_size"], (B, C - n), generator=gen).to(device)
@@ -219,6 +222,7 @@ def bench_decode(cfg, device, autocast):
                     row["speedup"] = row["cached_tok_s"] / row["uncached_tok_s"] if n > 1 else None
                     row["e2e_speedup"] = row["cached_e2e_tok_s"] / row["uncached_e2e_tok_s"]
                     rows.append(row)
+                    print_decode_row(row)
     return {"new_tokens": n, "contexts": cfg["contexts"], "skipped_contexts": cfg["skipped_contexts"],
             "batch_sizes": cfg["decode_batch_sizes"], "tokens_match": all(r["tokens_match"] for r in rows),
             "rows": rows}
@@ -289,43 +293,46 @@ def ratios_and_targets(result):
     return ratios, targets
 
 
-def report(result):
-    """The tables a person reads; the JSON holds the same numbers and more."""
-    print(f"{result['model']['preset']}: {result['model']['n_layer']} layers x {result['model']['n_embd']}, "
-          f"{result['device']} ({result['device_name']}) {result['dtype']}, torch {result['torch']}, "
-          f"{result['threads']} threads")
-    if result["train"]:
-        tr = result["train"]
-        print(f"\ntraining step: batch {tr['batch_size']} x {tr['seq_len']} tokens, median of {tr['steps']} steps "
-              f"after {tr['warmup_steps']} warm-up, compile={tr['compile']}")
-        print(f"{'mode':<10} {'params':>10} {'ms/step':>9} {'tokens/s':>10} {'vs vanilla':>10} {'MFU':>6} {'peak mem':>9}")
-        base = tr["modes"].get("vanilla", {}).get("ms_per_step")
-        for mode, m in tr["modes"].items():
-            rel = f"{m['ms_per_step'] / base:.3f}" if base else "-"
-            mfu = f"{100 * m['mfu']:.1f}%" if m["mfu"] is not None else "-"
-            mem = f"{m['peak_mem_bytes'] / 2**20:.0f}MiB" if m["peak_mem_bytes"] is not None else "-"
-            print(f"{mode:<10} {m['params']:>10,} {m['ms_per_step']:>9.1f} {m['tokens_per_s']:>10,.0f} {rel:>10} {mfu:>6} {mem:>9}")
-    if result["decode"]:
-        de = result["decode"]
-        skipped = f"; skipped contexts {de['skipped_contexts']} > block_size" if de["skipped_contexts"] else ""
-        print(f"\ndecoding: {de['new_tokens']} new tokens, greedy, tok/s after the first token "
-              f"(e2e: with prefill){skipped}")
-        print(f"{'mode':<10} {'batch':>5} {'context':>7} {'cached':>9} {'uncached':>9} {'speedup':>8} {'e2e':>6} {'same':>5}")
-        for r in de["rows"]:
-            sp = f"{r['speedup']:.1f}x" if r["speedup"] else "-"
-            print(f"{r['mode']:<10} {r['batch']:>5} {r['context']:>7} {r['cached_tok_s'] or 0:>9,.0f} "
-                  f"{r['uncached_tok_s'] or 0:>9,.0f} {sp:>8} {r['e2e_speedup']:>5.1f}x {str(r['tokens_match']):>5}")
-    if result["cache"]:
-        ca = result["cache"]
-        print(f"\nKV cache: batch 1, {ca['max_len']} tokens, {ca['dtype']}, live tensor bytes "
-              f"(svformer expected {ca['expected_svformer_ratio']:.4f} of vanilla)")
-        print(f"{'mode':<10} {'kv_heads':>8} {'tensors':>7} {'bytes/token':>11} {'at full ctx':>13} {'vs vanilla':>10} {'vs MHA':>7} {'exact':>5}")
-        for r in ca["rows"]:
-            exact = "-" if r["exact_svformer_ratio"] is None else str(r["exact_svformer_ratio"])
-            print(f"{r['mode']:<10} {r['n_kv_head']:>8} {r['tensors']:>7} {r['bytes_per_token']:>11,} "
-                  f"{r['bytes_full']:>13,} {r['vs_vanilla']:>10.4f} {r['vs_vanilla_mha']:>7.4f} {exact:>5}")
+# ---- tables (printed as each part finishes: a slow run shows its progress; the JSON has it all) ----
+
+def print_train(tr):
+    print(f"\ntraining step: batch {tr['batch_size']} x {tr['seq_len']} tokens, median of {tr['steps']} steps "
+          f"after {tr['warmup_steps']} warm-up, compile={tr['compile']}")
+    print(f"{'mode':<10} {'params':>10} {'ms/step':>9} {'tokens/s':>10} {'vs vanilla':>10} {'MFU':>6} {'peak mem':>9}")
+    base = tr["modes"].get("vanilla", {}).get("ms_per_step")
+    for mode, m in tr["modes"].items():
+        rel = f"{m['ms_per_step'] / base:.3f}" if base else "-"
+        mfu = f"{100 * m['mfu']:.1f}%" if m["mfu"] is not None else "-"
+        mem = f"{m['peak_mem_bytes'] / 2**20:.0f}MiB" if m["peak_mem_bytes"] is not None else "-"
+        print(f"{mode:<10} {m['params']:>10,} {m['ms_per_step']:>9.1f} {m['tokens_per_s']:>10,.0f} {rel:>10} {mfu:>6} {mem:>9}")
+
+
+def print_decode_header(cfg):
+    skipped = f"; skipped contexts {cfg['skipped_contexts']} > block_size" if cfg["skipped_contexts"] else ""
+    print(f"\ndecoding: {cfg['decode_tokens']} new tokens, greedy; tok/s after the first token, "
+          f"e2e = speedup including the prompt's prefill{skipped}")
+    print(f"{'mode':<10} {'batch':>5} {'context':>7} {'cached':>9} {'uncached':>9} {'speedup':>8} {'e2e':>6} {'same':>5}")
+
+
+def print_decode_row(r):
+    sp = f"{r['speedup']:.1f}x" if r["speedup"] else "-"
+    print(f"{r['mode']:<10} {r['batch']:>5} {r['context']:>7} {r['cached_tok_s'] or 0:>9,.0f} "
+          f"{r['uncached_tok_s'] or 0:>9,.0f} {sp:>8} {r['e2e_speedup']:>5.1f}x {str(r['tokens_match']):>5}", flush=True)
+
+
+def print_cache(ca):
+    print(f"\nKV cache: batch 1, {ca['max_len']} tokens, {ca['dtype']}, live tensor bytes "
+          f"(svformer expected {ca['expected_svformer_ratio']:.4f} of vanilla)")
+    print(f"{'mode':<10} {'kv_heads':>8} {'tensors':>7} {'bytes/token':>11} {'at full ctx':>13} {'vs vanilla':>10} {'vs MHA':>7} {'exact':>5}")
+    for r in ca["rows"]:
+        exact = "-" if r["exact_svformer_ratio"] is None else str(r["exact_svformer_ratio"])
+        print(f"{r['mode']:<10} {r['n_kv_head']:>8} {r['tensors']:>7} {r['bytes_per_token']:>11,} "
+              f"{r['bytes_full']:>13,} {r['vs_vanilla']:>10.4f} {r['vs_vanilla_mha']:>7.4f} {exact:>5}")
+
+
+def print_targets(targets):
     print("\ntargets:")
-    for t in result["targets"]:
+    for t in targets:
         value = "not measured" if t["value"] is None else f"{t['value']:.4f}"
         met = {True: "met", False: "MISSED", None: "-"}[t["met"]]
         print(f"  {t['target']}: {value} (goal {t['goal']}) {met}")
@@ -348,15 +355,19 @@ def main(argv):
               "model": {"preset": cfg["model"], **{k: cfg[k] for k in ("n_layer", "n_head", "n_kv_head", "n_embd",
                                                                         "vocab_size", "bias", "block_size")}},
               "train": None, "decode": None, "cache": None}
+    print(f"{cfg['model']}: {cfg['n_layer']} layers x {cfg['n_embd']}, block_size {cfg['block_size']}, "
+          f"{device} ({result['device_name']}) {dtype}, torch {torch.__version__}, {result['threads']} threads", flush=True)
     if "train" in cfg["parts"]:
         result["train"] = bench_train(cfg, device, dtype, autocast)
+        print_train(result["train"])
     if "decode" in cfg["parts"]:
         result["decode"] = bench_decode(cfg, device, autocast)
     if "cache" in cfg["parts"]:
         result["cache"] = bench_cache(cfg, device, ptdtype)
+        print_cache(result["cache"])
     result["ratios"], result["targets"] = ratios_and_targets(result)
     result["wall_s"] = time.time() - t_start
-    report(result)
+    print_targets(result["targets"])
     if cfg["json_out"]:
         os.makedirs(os.path.dirname(cfg["json_out"]) or ".", exist_ok=True)
         with open(cfg["json_out"], "w") as f:

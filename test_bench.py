@@ -78,6 +78,7 @@ def test_parts_and_modes_select(tmp_path):
     (["--contexts=16", "--decode_tokens=16"], "must be longer than decode_tokens"),
     (["--seq_len=256"], "exceeds block_size"),
     (["--bias=maybe"], "bias must be"),
+    (["--compile", "--warmup_steps=0"], "compile needs warmup_steps"),
     (["--train_step=3"], "unknown setting"),
 ])
 def test_mistakes_are_one_line_errors(argv, message):
