@@ -24,7 +24,7 @@ import torch
 import prepare
 import train
 from configurator import load_config
-from model import GPT, VALUE_MODES, GPTConfig, KVCache, gpu_peak_flops
+from model import GPT, VALUE_MODES, GPTConfig, KVCache, gpu_peak_flops, kv_cache_bytes
 
 DEFAULTS = dict(
     # model: a size preset, then any of its settings (0 / None = the preset's value)
@@ -108,13 +108,15 @@ def resolve(cfg):
     return cfg
 
 
-def build(cfg, mode, n_kv_head=None, device="cpu"):
+def model_config(cfg, mode, n_kv_head=None):
+    return GPTConfig.from_dict({**cfg, "value_mode": mode, "dropout": 0.0,
+                                "n_kv_head": cfg["n_kv_head"] if n_kv_head is None else n_kv_head})
+
+
+def build(cfg, mode):
     """A fresh GPT in one value mode; the same seed for every mode, so shared shapes start equal."""
     torch.manual_seed(cfg["seed"])
-    conf = GPTConfig.from_dict({**cfg, "value_mode": mode, "dropout": 0.0,
-                                "n_kv_head": cfg["n_kv_head"] if n_kv_head is None else n_kv_head})
-    with torch.device(device):  # "meta" builds shapes only: instant, even for GPT-2
-        return GPT(conf)
+    return GPT(model_config(cfg, mode))
 
 
 def synchronize(device):
@@ -235,17 +237,17 @@ def bench_cache(cfg, device, ptdtype):
     n_kv_head, checked against the model's own formula and SVFormer's (L+1)/(2L) of vanilla."""
     L, max_len = cfg["n_layer"], cfg["block_size"]
     rows, vanilla = [], {}
-    mha = build(cfg, "vanilla", cfg["n_head"], device="meta").kv_cache_bytes(1, max_len, ptdtype)  # reference
+    mha = kv_cache_bytes(model_config(cfg, "vanilla", cfg["n_head"]), 1, max_len, ptdtype)  # reference
     for h in cfg["kv_heads"]:
         for mode in VALUE_MODES:  # vanilla always, so svformer's ratio has its reference
-            model = build(cfg, mode, h, device="meta")  # the formula needs a model, not its weights
-            cache = KVCache(model.config, 1, max_len, device, ptdtype)
+            conf = model_config(cfg, mode, h)
+            cache = KVCache(conf, 1, max_len, device, ptdtype)  # what GPT.new_kv_cache allocates
             nbytes = cache.nbytes()
             if mode == "vanilla":
                 vanilla[h] = nbytes
             rows.append({"mode": mode, "n_kv_head": h, "tensors": len(cache.keys) + len(cache.values),
                          "bytes_per_token": nbytes // max_len, "bytes_full": nbytes, "max_len": max_len,
-                         "formula_matches": nbytes == model.kv_cache_bytes(1, max_len, ptdtype),
+                         "formula_matches": nbytes == kv_cache_bytes(conf, 1, max_len, ptdtype),
                          "vs_vanilla": nbytes / vanilla[h], "vs_vanilla_mha": nbytes / mha})
             del cache
     for r in rows:
