@@ -268,7 +268,11 @@ def train(cfg):
             iter_num, phase = iter_num + 1, "between"
 
             if iter_num % cfg["log_interval"] == 0 or iter_num == cfg["max_iters"]:
-                lossf = loss.item() * cfg["gradient_accumulation_steps"]  # a GPU sync: only when logging
+                loss_now = loss.detach() * cfg["gradient_accumulation_steps"]
+                if ddp:  # the mean over ranks: every rank logs and checks the same number, so all stop together
+                    torch.distributed.all_reduce(loss_now)
+                    loss_now /= world
+                lossf = loss_now.item()  # a GPU sync: only when logging
                 if not math.isfinite(lossf):
                     status = "diverged"
                     break
