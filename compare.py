@@ -129,7 +129,7 @@ def run_one(cfg, run_dir, samples):
             old = json.load(f)
         if old.get("config") == cfg and old.get("status") == "done":
             print(f"reusing {run_dir} (same settings, finished)")
-            return old
+            return {**old, "reused": True}
     for stale in ("log.jsonl", "ckpt.pt"):  # train appends to the log: start this run's files clean
         if os.path.exists(os.path.join(run_dir, stale)):
             os.remove(os.path.join(run_dir, stale))
@@ -163,9 +163,11 @@ def aggregate(names, seeds, runs):
             "val_loss_at_tokens_min": curves.min(axis=0).tolist(), "val_loss_at_tokens_max": curves.max(axis=0).tolist(),
             "kv_cache_bytes_per_token": done[0]["kv_cache_bytes_per_token"],
             "tokens_per_sec": float(np.mean([r["tokens_per_sec"] for r in done])),
-            "attention_entropy": np.mean([r["attention_entropy"] for r in done], axis=0).tolist(),
-            "similarity": np.mean([r["similarity"] for r in done], axis=0).tolist(),
         }
+        for key in ("attention_entropy", "similarity"):  # per layer: mean and sample std over seeds
+            per_seed = np.array([r[key] for r in done])
+            results[name][key] = per_seed.mean(axis=0).tolist()
+            results[name][key + "_std"] = (per_seed.std(axis=0, ddof=1) if len(done) > 1 else 0 * per_seed[0]).tolist()
         results[name] = {k: float(v) if isinstance(v, np.floating) else v for k, v in results[name].items()}
     return results
 
@@ -197,7 +199,8 @@ def write_tables(out_dir, results, info):
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump({"info": info, "modes": results}, f, indent=1)
     ok = {n: r for n, r in results.items() if "val_loss_mean" in r}
-    md = [f"# Value residual comparison\n", f"`{info['command']}` — {info['hardware']}, {info['wall_min']:.1f} min\n",
+    reused = f" ({info['reused']} of {info['runs']} runs reused from an earlier invocation)" if info["reused"] else ""
+    md = [f"# Value residual comparison\n", f"`{info['command']}` — {info['hardware']}, {info['wall_min']:.1f} min{reused}\n",
           "| mode | params | final val loss (mean ± std) | min–max | KV cache B/token | train tokens/s |",
           "|---|---|---|---|---|---|"]
     for name, r in ok.items():
@@ -217,11 +220,11 @@ def write_tables(out_dir, results, info):
         causal_uniform = attention_entropy((torch.ones(T, T).tril() / torch.arange(1, T + 1).unsqueeze(1))[None, None])
         md += [f"\nEntropy reference at T={T}: every query uniform over its causal prefix = {causal_uniform:.4f}, "
                f"log T = {math.log(T):.4f} (the maximum), all attention on one key = 0."]
-        for key, title in (("attention_entropy", "Attention entropy per layer (nats; higher = less concentrated)"),
-                           ("similarity", "Mean pairwise cosine similarity of token hidden states per layer (higher = smoother)")):
+        for key, title in (("attention_entropy", "Attention entropy per layer (nats, mean ± std over seeds; higher = less concentrated)"),
+                           ("similarity", "Mean pairwise cosine similarity of token hidden states per layer (mean ± std; higher = smoother)")):
             md += [f"\n## {title}\n", "| layer | " + " | ".join(ok) + " |", "|---" * (len(ok) + 1) + "|"]
             for layer in range(len(first[key])):
-                md.append(f"| {layer + 1} | " + " | ".join(f"{r[key][layer]:.4f}" for r in ok.values()) + " |")
+                md.append(f"| {layer + 1} | " + " | ".join(f"{r[key][layer]:.4f} ± {r[key + '_std'][layer]:.4f}" for r in ok.values()) + " |")
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
 
@@ -246,12 +249,14 @@ def write_plots(out_dir, results):
                         color=line.get_color(), alpha=0.2)
     ax.set(xlabel="training tokens", ylabel="val loss", title="Val loss (mean over seeds, band = min–max)")
     written.append(save(fig, ax, os.path.join(out_dir, "loss.png")))
-    for key, ylabel, title in (("attention_entropy", "entropy of attention received (nats)", "Attention concentration per layer"),
-                               ("similarity", "mean pairwise cosine similarity", "Token similarity per layer (over-smoothing)")):
+    for key, ylabel, title in (("attention_entropy", "entropy of attention received (nats)", "Attention concentration"),
+                               ("similarity", "mean pairwise cosine similarity", "Token similarity (over-smoothing)")):
         fig, ax = plt.subplots(figsize=(6, 4))
         for name, r in ok.items():
-            ax.plot(range(1, len(r[key]) + 1), r[key], marker="o", ms=3, label=name)
-        ax.set(xlabel="layer", ylabel=ylabel, title=title)
+            layers, mean, std = np.arange(1, len(r[key]) + 1), np.array(r[key]), np.array(r[key + "_std"])
+            line, = ax.plot(layers, mean, marker="o", ms=3, label=name)
+            ax.fill_between(layers, mean - std, mean + std, color=line.get_color(), alpha=0.15)
+        ax.set(xlabel="layer", ylabel=ylabel, title=title + " (band = ±1 std over seeds)")
         written.append(save(fig, ax, os.path.join(out_dir, f"{key}.png")))
     return written
 
@@ -289,7 +294,7 @@ def main(argv):
     base = {k: cfg[k] for k in train.DEFAULTS}  # train gets only its own settings
     device = train.pick_device_and_dtype(base)[0]
     grid = [(seed, name, overrides) for seed in seeds for name, overrides in modes]  # seed outer: complete sets early
-    runs, t_start, durations = {}, time.time(), []
+    runs, t_start, durations, reused = {}, time.time(), [], 0
     for i, (seed, name, overrides) in enumerate(grid):
         eta = f"ETA {np.mean(durations) * (len(grid) - i) / 60:.0f} min" if durations else "ETA after the first run"
         print(f"\n[run {i + 1}/{len(grid)}] {name} seed {seed} — {eta}", flush=True)
@@ -297,13 +302,14 @@ def main(argv):
         t0 = time.time()
         runs[name, seed] = run_one({**base, **overrides, "seed": seed, "out_dir": run_dir}, run_dir, cfg["analysis_samples"])
         durations.append(time.time() - t0)
+        reused += runs[name, seed].pop("reused", False)
         if runs[name, seed]["status"] == "interrupted":
             print(f"interrupted: finished runs are kept in {root}; run the same command again to continue")
             return 130
     results = aggregate([n for n, _ in modes], seeds, runs)
     info = {"command": "python compare.py" + "".join(" " + a for a in argv), "seeds": seeds, "block_size": cfg["block_size"],
             "hardware": hardware(device),
-            "wall_min": (time.time() - t_start) / 60}
+            "wall_min": (time.time() - t_start) / 60, "runs": len(grid), "reused": reused}
     write_tables(root, results, info)
     pictures = write_plots(root, results)
     print(open(os.path.join(root, "results.md")).read())

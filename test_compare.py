@@ -28,7 +28,8 @@ def test_tiny_comparison_writes_everything(data_dir, tmp_path, capsys):
     assert set(results["modes"]) == {"vanilla", "resformer", "svformer"}
     for name, r in results["modes"].items():
         for key in ("num_params", "val_loss", "val_loss_mean", "val_loss_std", "tokens", "val_loss_at_tokens_mean",
-                    "kv_cache_bytes_per_token", "tokens_per_sec", "attention_entropy", "similarity"):
+                    "kv_cache_bytes_per_token", "tokens_per_sec", "attention_entropy", "similarity",
+                    "attention_entropy_std", "similarity_std"):
             assert key in r, (name, key)
         assert len(r["val_loss"]) == 2 and math.isfinite(r["val_loss_mean"])
         assert r["tokens"] == [0, 64, 128]  # evals at steps 0, 1, 2 of 4 x 16 tokens
@@ -46,6 +47,7 @@ def test_tiny_comparison_writes_everything(data_dir, tmp_path, capsys):
     # the same command again reuses every finished run instead of training it
     compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=2"])
     assert capsys.readouterr().out.count("reusing") == 6
+    assert "6 of 6 runs reused" in (out / "results.md").read_text()
 
 
 def _has_matplotlib():
