@@ -283,12 +283,14 @@ class GPT(nn.Module):
         step crops the context to the last block_size tokens and refills the cache, exactly what
         the uncached path (use_cache=False, nanoGPT's recompute) does.
         """
-        block_size = self.config.block_size
+        block_size, (B, T) = self.config.block_size, idx.shape
         if use_cache and kv_cache is None:
-            kv_cache = self.new_kv_cache(idx.size(0))
+            kv_cache = self.new_kv_cache(B)
+        tokens = torch.empty(B, T + max_new_tokens, dtype=idx.dtype, device=idx.device)  # no per-step cat
+        tokens[:, :T] = idx
         next_input = None
-        for _ in range(max_new_tokens):
-            context = idx[:, -block_size:]
+        for end in range(T, T + max_new_tokens):
+            context = tokens[:, max(0, end - block_size):end]
             if not use_cache:
                 logits, _ = self(context)
             elif next_input is None or kv_cache.length >= block_size:
@@ -297,7 +299,7 @@ class GPT(nn.Module):
             else:
                 logits, _ = self(next_input, kv_cache=kv_cache)
             next_input = sample_next(logits[:, -1, :].float(), temperature, top_k, top_p)
-            idx = torch.cat((idx, next_input), dim=1)
+            tokens[:, end] = next_input[:, 0]
             yield next_input
 
     @torch.no_grad()
