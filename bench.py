@@ -58,7 +58,7 @@ def presets():
 
 
 def parse_list(text, cast=str):
-    """'128,512' -> [128, 512]. The configurator reads 128,512 as a tuple and stores '(128, 512)'."""
+    """'128,512' -> [128, 512]; also '(128, 512)', which is how a preset file's tuple arrives."""
     items = [s.strip() for s in str(text).strip("()[] ").split(",") if s.strip()]
     try:
         return [cast(s.strip("'\"")) for s in items]

@@ -54,7 +54,7 @@ def parse_modes(text):
 
 
 def parse_seeds(text, first_seed):
-    """'3' -> three seeds from first_seed; '1,2,3' (or '(1, 2, 3)', as the configurator may pass it) -> those."""
+    """'3' -> three seeds from first_seed; '1,2,3' (or '(1, 2, 3)', as a preset file's tuple arrives) -> those."""
     parts = [p for p in re.split(r"[,\s()\[\]]+", str(text)) if p]
     if not parts or not all(p.lstrip("-").isdigit() for p in parts):
         raise ValueError(f"--seeds={text}: give a count (3) or a list (1,2,3)")

@@ -66,7 +66,13 @@ def load_config(defaults, argv):
     for arg in argv:
         if arg.startswith("--"):
             key, sep, text = arg[2:].partition("=")
-            value, source = (_literal(text) if sep else True), arg  # a bare --flag means True
+            if not sep:
+                value = True  # a bare --flag means True
+            elif isinstance(defaults.get(key), str):
+                value = text  # text settings take the text as typed: --start=1e3 stays "1e3", --seeds=1,2 stays "1,2"
+            else:
+                value = _literal(text)
+            source = arg
         else:
             for key, value in read_preset(arg).items():
                 if key not in defaults:

@@ -37,3 +37,9 @@ def test_bad_presets(tmp_path):
         preset.write_text(text)
         with pytest.raises(ConfigError, match=message):
             load_config(DEFAULTS, [str(preset)])
+
+
+def test_text_settings_keep_the_text_as_typed():
+    cfg = load_config(DEFAULTS, ["--value_mode=1e3"])
+    assert cfg["value_mode"] == "1e3"  # not "1000.0"
+    assert load_config(DEFAULTS, ["--value_mode=0x10,2"])["value_mode"] == "0x10,2"
