@@ -149,11 +149,7 @@ def bench_train(cfg, device, dtype, autocast):
             with autocast:
                 loss = model(x, y)[1]
             scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), d["grad_clip"])
-            scaler.step(opt)
-            scaler.update()
-            opt.zero_grad(set_to_none=True)
+            train.optimizer_step(model, opt, scaler, d["grad_clip"])
 
         for _ in range(cfg["warmup_steps"]):  # first calls allocate, autotune, compile: not timed
             step()

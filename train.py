@@ -90,6 +90,16 @@ class Batches:
         self.shard, self.pos = state["shard"], state["pos"]
 
 
+def optimizer_step(model, optimizer, scaler, grad_clip):
+    """After backward: clip the gradient norm (unscaled first, for fp16), step AdamW, clear the gradients."""
+    if grad_clip > 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def save_checkpoint(path, checkpoint):
     """Write to a temporary file, then rename: a crash mid-write never leaves a truncated ckpt.pt."""
     tmp = path + ".tmp"
@@ -258,13 +268,8 @@ def train(cfg):
                 with autocast:
                     loss = model(x, y)[1] / cfg["gradient_accumulation_steps"]
                 scaler.scale(loss).backward()
-            if cfg["grad_clip"] > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
             phase = "updating"
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer_step(model, optimizer, scaler, cfg["grad_clip"])
             iter_num, phase = iter_num + 1, "between"
 
             if iter_num % cfg["log_interval"] == 0 or iter_num == cfg["max_iters"]:
