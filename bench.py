@@ -2,11 +2,11 @@
 Speed and memory of the three value modes, side by side in one run: training step, decoding with
 and without the KV cache, and the cache's bytes. Prints tables and writes everything to JSON.
 
-    python bench.py                                     # quickstart model, this machine's best device
-    python bench.py --block_size=1024                   # quickstart, decoding at 128/512/1024 contexts
-    python bench.py --block_size=1024 --threads=1       # the same on a busy shared CPU (steadier)
-    python bench.py --model=gpt2 --compile              # GPT-2 124M (on a GPU: bf16, MFU, peak memory)
-    python bench.py --model=gpt2 --parts=cache --dtype=bfloat16   # cache bytes only (cheap anywhere)
+    python bench.py                                     # the quickstart model, this machine's best device
+    python bench.py --block_size=1024 --seq_len=64      # quickstart training step, decoding up to 1024
+    python bench.py --threads=1                         # on a busy shared CPU (steadier)
+    python bench.py config/gpt2_124m.py                 # GPT-2 124M (on a GPU: bf16, compile, MFU, memory)
+    python bench.py config/gpt2_124m.py --parts=cache --dtype=bfloat16   # cache bytes only (cheap anywhere)
 
 Tokens are synthetic (random ids): speed does not depend on which tokens they are, and the bench
 then needs no prepared data. Decoding always runs the eager model (torch.compile, when on, is
@@ -17,66 +17,40 @@ import os
 import statistics
 import sys
 import time
-from contextlib import nullcontext
 
 import torch
 
-import prepare
-import train
-from configurator import load_config
-from model import GPT, VALUE_MODES, GPTConfig, KVCache, gpu_peak_flops, kv_cache_bytes
+from configurator import TRAIN_SETTINGS, parse_args, parse_list
+from model import GPT, VALUE_MODES, GPTConfig, KVCache, gpu_peak_flops, kv_cache_bytes, optimizer_step, setup_device
+from shards import ByteTokenizer
 
-DEFAULTS = dict(
-    # model: a size preset, then any of its settings (0 / None = the preset's value)
-    model="quickstart", n_layer=0, n_head=0, n_kv_head=0, n_embd=0, vocab_size=0, bias=None,
-    # block_size is the model's position table and the longest decoding context. The quickstart
-    # trains at 128, so --block_size=1024 is needed to decode at 512/1024; it does not change the
-    # training step, which runs at seq_len tokens (0 = the preset's training length).
-    block_size=0, seq_len=0, batch_size=0,
-    # what to run
-    parts="train,decode,cache", modes="vanilla,resformer,svformer",
-    train_steps=20, warmup_steps=3,  # timed steps (median reported) after untimed warm-up steps
-    contexts="128,512,1024", decode_tokens=32, decode_batch_sizes="1,8",  # block_size is always added
-    kv_heads="",  # n_kv_head variants for the cache table; "" = n_head, n_head/2, 1
-    # system
-    device="auto", dtype="auto", compile=False, seed=1337, json_out="out/bench.json",
-    threads=0,  # CPU threads for torch; 0 = its default. On a busy shared CPU, 1 can be several times faster
+# bench.py takes every train.py setting (so config/*.py presets work as they are; the model shape,
+# batch_size, block_size, device and dtype are used) plus these:
+BENCH_SETTINGS = dict(
+    seq_len=(0, "tokens per sequence in the timed training step (0 = block_size)"),
+    vocab_size=(0, "vocabulary of the synthetic tokens (0 = 320 for a *_byte dataset, else GPT-2's 50304)"),
+    parts=("train,decode,cache", "what to measure: train, decode, cache"),
+    modes=("vanilla,resformer,svformer", "value modes, side by side"),
+    train_steps=(20, "timed training steps (the median is reported)"),
+    warmup_steps=(3, "untimed steps first (allocation, autotuning, compilation)"),
+    contexts=("128,512,1024", "decoding contexts (block_size is always added; longer ones are skipped)"),
+    decode_tokens=(32, "new tokens per decoding measurement"),
+    decode_batch_sizes=("1,8", "batch sizes for decoding"),
+    kv_heads=("", "n_kv_head variants for the cache table (empty: n_head, n_head/2, 1)"),
+    json_out=("out/bench.json", "where the full results go (empty: nowhere)"),
+    threads=(0, "CPU threads for torch (0 = its default; 1 is steadier on a busy shared CPU)"),
 )
-
-
-def presets():
-    """Model shapes: the quickstart is whatever train.py trains by default; GPT-2 124M as nanoGPT's bench."""
-    q = train.DEFAULTS
-    byte_vocab = -(-prepare.ByteTokenizer.vocab_size // 64) * 64  # 257 rounded up as train.py does: 320
-    quickstart = dict(n_layer=q["n_layer"], n_head=q["n_head"], n_kv_head=q["n_kv_head"], n_embd=q["n_embd"],
-                      vocab_size=byte_vocab, bias=q["bias"], block_size=q["block_size"],
-                      seq_len=q["block_size"], batch_size=q["batch_size"])
-    # GPT-2 124M shape; bias=False like nanoGPT's bench.py (a bit faster; no GPT-2 weights are loaded here)
-    gpt2 = dict(n_layer=12, n_head=12, n_kv_head=0, n_embd=768, vocab_size=50304, bias=False,
-                block_size=1024, seq_len=1024, batch_size=12)
-    return {"quickstart": quickstart, "gpt2": gpt2}
-
-
-def parse_list(text, cast=str):
-    """'128,512' -> [128, 512]; also '(128, 512)', which is how a preset file's tuple arrives."""
-    items = [s.strip() for s in str(text).strip("()[] ").split(",") if s.strip()]
-    try:
-        return [cast(s.strip("'\"")) for s in items]
-    except ValueError:
-        raise ValueError(f"cannot read {text!r} as a comma-separated list of {cast.__name__}") from None
+SETTINGS = {**TRAIN_SETTINGS, **BENCH_SETTINGS}
+USAGE = "usage: python bench.py [config/preset.py ...] [--key=value ...]"
 
 
 def resolve(cfg):
-    """Fill preset values, parse the lists, and check everything before any timing starts."""
-    table = presets()
-    if cfg["model"] not in table:
-        raise ValueError(f"model must be one of {', '.join(table)}, got {cfg['model']!r}")
+    """Fill derived values, parse the lists, and check everything before any timing starts."""
     cfg = dict(cfg)
-    for key, value in table[cfg["model"]].items():
-        if cfg[key] is None or cfg[key] is not False and cfg[key] == 0:  # unset (bias=False is a setting)
-            cfg[key] = value
-    if not isinstance(cfg["bias"], bool):
-        raise ValueError(f"bias must be True or False, got {cfg['bias']!r}")
+    cfg["seq_len"] = cfg["seq_len"] or cfg["block_size"]
+    if not cfg["vocab_size"]:  # 257 bytes rounded up as train.py rounds: 320; GPT-2's 50257: 50304
+        vocab = ByteTokenizer.vocab_size if cfg["dataset"].endswith("_byte") else 50257
+        cfg["vocab_size"] = -(-vocab // 64) * 64
     if cfg["seq_len"] > cfg["block_size"]:
         raise ValueError(f"seq_len {cfg['seq_len']} exceeds block_size {cfg['block_size']}")
     cfg["parts"] = parse_list(cfg["parts"])
@@ -134,7 +108,7 @@ def bench_train(cfg, device, dtype, autocast):
     B, T = cfg["batch_size"], cfg["seq_len"]
     gen = torch.Generator().manual_seed(cfg["seed"])
     x, y = (torch.randint(cfg["vocab_size"], (B, T), generator=gen).to(device) for _ in range(2))
-    d = train.DEFAULTS
+    d = cfg  # train.py's optimizer settings
     runs, raws, results = {}, {}, {}
     for mode in cfg["modes"]:
         if device_type == "cuda":  # this mode's peak: its own weights, optimizer state and activations
@@ -149,7 +123,7 @@ def bench_train(cfg, device, dtype, autocast):
             with autocast:
                 loss = model(x, y)[1]
             scaler.scale(loss).backward()
-            train.optimizer_step(model, opt, scaler, d["grad_clip"])
+            optimizer_step(model, opt, scaler, d["grad_clip"])
 
         for _ in range(cfg["warmup_steps"]):  # first calls allocate, autotune, compile: not timed
             step()
@@ -338,22 +312,21 @@ def print_targets(targets):
 
 def main(argv):
     t_start = time.time()
-    cfg = resolve(load_config(DEFAULTS, argv))
-    device, dtype = train.pick_device_and_dtype(cfg)
+    cfg = resolve(parse_args(SETTINGS, argv, USAGE))
+    # as train.py: float32 weights, bf16/fp16 compute under autocast (the cache takes autocast's dtype)
+    device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
     if cfg["threads"] > 0:
         torch.set_num_threads(cfg["threads"])
-    device_type = "cuda" if device.startswith("cuda") else device
+    device_type = device.split(":")[0]
     ptdtype = getattr(torch, dtype)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    # as train.py: float32 weights, bf16/fp16 compute under autocast (the cache takes autocast's dtype)
-    autocast = nullcontext() if dtype == "float32" else torch.autocast(device_type, dtype=ptdtype)
     result = {"config": {k: v for k, v in cfg.items()}, "device": device, "dtype": dtype,
               "device_name": torch.cuda.get_device_name(device) if device_type == "cuda" else device,
               "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "model": {"preset": cfg["model"], **{k: cfg[k] for k in ("n_layer", "n_head", "n_kv_head", "n_embd",
-                                                                        "vocab_size", "bias", "block_size")}},
+              "model": {k: cfg[k] for k in ("n_layer", "n_head", "n_kv_head", "n_embd", "vocab_size", "bias",
+                                            "block_size", "value_mode")},
               "train": None, "decode": None, "cache": None}
-    print(f"{cfg['model']}: {cfg['n_layer']} layers x {cfg['n_embd']}, block_size {cfg['block_size']}, "
+    print(f"{cfg['n_layer']} layers x {cfg['n_embd']}, block_size {cfg['block_size']}, "
           f"{device} ({result['device_name']}) {dtype}, torch {torch.__version__}, {result['threads']} threads", flush=True)
     if "train" in cfg["parts"]:
         result["train"] = bench_train(cfg, device, dtype, autocast)

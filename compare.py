@@ -1,55 +1,80 @@
 """
-The paper's comparison, side by side: train vanilla, ResFormer and SVFormer on the same data
-with the same seeds and schedule, then measure loss, KV cache, speed and attention concentration.
+The paper's comparison, settled with paired statistics: train vanilla, ResFormer and SVFormer on
+the same data with the same seeds (same initial RNG state, same batches) and report, per variant,
+the per-seed difference to vanilla, its mean, a 95% t interval and the wins.
 
-    python compare.py                                     # CPU quickstart, 3 seeds, 9 runs
-    python compare.py --seeds=1 --max_iters=200           # a quicker look
-    python compare.py --modes=vanilla,resformer,resformer_learnable,svformer_kv1
-    python compare.py config/gpt2_124m.py --seeds=1337,42 # any preset / train setting, listed seeds
+    python compare.py                                     # config/compare.py: 3 seeds, about 40 min on 2 cores
+    python compare.py --modes=vanilla,resformer           # the headline pair (+ ResFormer on 85% of the tokens)
+    python compare.py --modes=vanilla,resformer,resformer:n_layer=14   # a variant with its own settings
+    python compare.py --sweep="n_layer=4:max_iters=1600,n_layer=16:max_iters=800" --seeds=1 --less_data=0
+    python compare.py config/quickstart.py --seeds=1337,42    # any preset, listed seeds
 
-Modes are value modes with optional suffixes: `_learnable` (ResFormer with learnable lambdas) and
-`_kvN` (grouped-query attention with N key/value heads), e.g. svformer_kv1.
-`--seeds=N` means N seeds starting at --seed; `--seeds=1,2,3` lists them (`--seeds=7,` is seed 7 alone).
-
-Writes to out_dir: results.md, results.json, loss.png, attention_entropy.png, similarity.png,
-and one folder per run (<mode>_seed<k>/ with train.py's log.jsonl, ckpt.pt and summary.json).
-A run whose summary.json matches its settings is reused, so an interrupted comparison continues.
+A mode is a value mode with optional suffixes `_learnable` (ResFormer, learned lambdas) and `_kvN`
+(N key/value heads), then optional `:key=value` settings for that variant alone. Every run is
+`python train.py` in its own folder (<mode>_seed<k>/); `jobs` runs go side by side, one CPU thread
+each. A finished run is reused; a run that was stopped resumes from its checkpoint: run the same
+command again. Writes results.md, results.json and pictures (with matplotlib) to out_dir.
 """
 import json
 import math
 import os
 import platform
 import re
+import subprocess
 import sys
 import time
 
 import numpy as np
 import torch
 
-import prepare
-import train
-from configurator import load_config
+import plots
+import shards
+from configurator import TRAIN_SETTINGS, ConfigError, defaults_of, given_keys, parse_args, parse_list
+from model import GPT, load_checkpoint
 
-# compare's own settings, on top of every train.py setting (out_dir becomes the comparison's root)
-COMPARE = dict(modes="vanilla,resformer,svformer", seeds="3", analysis_samples=64)
-DEFAULTS = dict(train.DEFAULTS, out_dir="out-compare", **COMPARE)
+COMPARE_SETTINGS = dict(
+    modes=("vanilla,resformer,svformer", "variants to train: a value mode, _learnable, _kvN, :key=value"),
+    seeds=("3", "a count (3 seeds from --seed) or a list (1,2,3)"),
+    less_data=(0.85, "also train ResFormer on this share of the tokens (its own schedule); 0 = off"),
+    sweep=("", "comma-separated sets of settings (key=value:key=value) to run every mode at"),
+    jobs=(0, "runs side by side (0 = one per CPU core, or 1 on a GPU)"),
+    plot=("", "only plot the log.jsonl of these run folders (e.g. out,out2) into plot_path, then exit"),
+    plot_path=("runs.png", "the picture --plot writes"),
+    analysis_samples=(64, "held-out windows for attention entropy and token similarity"),
+)
+SETTINGS = {**TRAIN_SETTINGS, "out_dir": ("out-compare", "root of the comparison"), **COMPARE_SETTINGS}
+USAGE = "usage: python compare.py [config/preset.py ...] [--key=value ...]   (default preset: config/compare.py)"
+DEFAULT_PRESET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config", "compare.py")
 MODE_RE = re.compile(r"^(vanilla|resformer|svformer)(_learnable)?(?:_kv(\d+))?$")
+TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+
+
+def parse_overrides(text, what):
+    """'n_layer=8:max_iters=400' -> {'n_layer': 8, 'max_iters': 400}, typed like train.py's settings."""
+    pairs = [p for p in text.split(":") if p]
+    if not all("=" in p for p in pairs):
+        raise ConfigError(f"{what}: settings are key=value, separated by ':' (e.g. n_layer=8:max_iters=400)")
+    from configurator import load_config
+    given = load_config(defaults_of(TRAIN_SETTINGS), ["--" + p for p in pairs])
+    return {p.partition("=")[0]: given[p.partition("=")[0]] for p in pairs}
 
 
 def parse_modes(text):
-    """'vanilla,svformer_kv1' -> [('vanilla', {overrides}), ('svformer_kv1', {...})]."""
+    """'vanilla,svformer_kv1:n_layer=8' -> [(name, {train settings for that variant}), ...]."""
     modes = []
-    for name in [m.strip() for m in text.split(",") if m.strip()]:
-        match = MODE_RE.match(name)
+    for spec in parse_list(text):
+        base_name, _, extra = spec.partition(":")
+        match = MODE_RE.match(base_name)
         if not match:
-            raise ValueError(f"unknown mode {name!r}: use vanilla, resformer or svformer, "
-                             f"optionally with _learnable (resformer) and/or _kvN, e.g. svformer_kv1")
+            raise ConfigError(f"unknown mode {spec!r}: use vanilla, resformer or svformer, optionally with "
+                              f"_learnable (resformer), _kvN and :key=value settings, e.g. svformer_kv1:n_layer=8")
         base, learnable, kv = match.groups()
         if learnable and base != "resformer":
-            raise ValueError(f"mode {name!r}: _learnable applies to resformer only")
-        modes.append((name, dict(value_mode=base, learnable_lambda=bool(learnable), n_kv_head=int(kv or 0))))
+            raise ConfigError(f"mode {spec!r}: _learnable applies to resformer only")
+        modes.append((spec, dict(value_mode=base, learnable_lambda=bool(learnable), n_kv_head=int(kv or 0),
+                                 **parse_overrides(extra, f"mode {spec!r}"))))
     if not modes:
-        raise ValueError("--modes is empty")
+        raise ConfigError("--modes is empty")
     return modes
 
 
@@ -57,12 +82,63 @@ def parse_seeds(text, first_seed):
     """'3' -> three seeds from first_seed; '1,2,3' (or '(1, 2, 3)', as a preset file's tuple arrives) -> those."""
     parts = [p for p in re.split(r"[,\s()\[\]]+", str(text)) if p]
     if not parts or not all(p.lstrip("-").isdigit() for p in parts):
-        raise ValueError(f"--seeds={text}: give a count (3) or a list (1,2,3)")
+        raise ConfigError(f"--seeds={text}: give a count (3) or a list (1,2,3)")
     if len(parts) == 1 and "," not in str(text):
         if int(parts[0]) < 1:
-            raise ValueError(f"--seeds={text}: need at least one seed")
+            raise ConfigError(f"--seeds={text}: need at least one seed")
         return [first_seed + i for i in range(int(parts[0]))]
     return [int(p) for p in parts]
+
+
+# ---- statistics ----
+
+# Student t quantiles t_{0.975, df}, df = 1..30 (standard tables); beyond, a series in 1/df.
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042]
+
+
+def t975(df):
+    if df <= len(T975):
+        return T975[df - 1]
+    z = 1.959964  # Cornish-Fisher expansion of t around the normal quantile
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def paired_stats(differences):
+    """Mean of per-seed differences (variant - vanilla), 95% t interval (n-1 df), wins (< 0)."""
+    d = np.asarray(differences, dtype=float)
+    n = len(d)
+    out = {"n": n, "differences": d.tolist(), "mean": float(d.mean()), "wins": int((d < 0).sum())}
+    if n >= 2:
+        half = t975(n - 1) * d.std(ddof=1) / math.sqrt(n)
+        out["interval"] = [out["mean"] - half, out["mean"] + half]
+    else:
+        out["interval"] = None
+    return out
+
+
+def verdict(stats):
+    """One computed sentence: beyond noise only when the 95% interval excludes 0."""
+    if stats["interval"] is None:
+        return "one seed: no interval"
+    lo, hi = stats["interval"]
+    if hi < 0:
+        return "below vanilla, beyond noise (the 95% interval excludes 0)"
+    if lo > 0:
+        return "above vanilla, beyond noise (the 95% interval excludes 0)"
+    return "not distinguishable from vanilla (the 95% interval includes 0)"
+
+
+def crossing(tokens, losses, target):
+    """Tokens at which a loss curve first reaches target, linearly interpolated; None if never."""
+    for i, (t, loss) in enumerate(zip(tokens, losses)):
+        if loss <= target:
+            if i == 0:
+                return float(t)
+            t0, l0 = tokens[i - 1], losses[i - 1]
+            return float(t0 + (l0 - target) / (l0 - loss) * (t - t0))
+    return None
 
 
 # ---- the two analysis measures (the paper's official definitions) ----
@@ -80,10 +156,7 @@ def attention_entropy(att):
 
 
 def token_similarity(hidden):
-    """hidden (B, T, C) -> mean cosine similarity over all pairs of distinct tokens, mean over samples.
-
-    Near 1 means the tokens' representations have collapsed together (over-smoothing).
-    """
+    """hidden (B, T, C) -> mean cosine similarity over all pairs of distinct tokens, mean over samples."""
     h = torch.nn.functional.normalize(hidden.float(), dim=-1)
     sims = h @ h.transpose(1, 2)  # (B, T, T)
     T = h.size(1)
@@ -92,230 +165,340 @@ def token_similarity(hidden):
 
 
 @torch.no_grad()
+def internals(model, x):
+    """Per layer: attention weights (B, n_head, T, T) and block outputs (B, T, C) for tokens x,
+    collected with forward hooks, so the model's forward stays the plain training path."""
+    attention, hidden, hooks = [], [], []
+
+    def on_attention(attn, args, output):  # args[0]: the block's normalised input
+        q, k, _ = attn.project(args[0])
+        k = k.repeat_interleave(attn.n_head // attn.n_kv_head, dim=1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(attn.head_dim)
+        causal = torch.ones(q.size(2), q.size(2), dtype=torch.bool, device=q.device).tril()
+        attention.append(scores.masked_fill(~causal, float("-inf")).softmax(dim=-1))
+
+    for block in model.transformer.h:
+        hooks.append(block.attn.register_forward_hook(on_attention))
+        hooks.append(block.register_forward_hook(lambda block, args, output: hidden.append(output[0])))
+    try:
+        model(x, all_logits=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return attention, hidden
+
+
+@torch.no_grad()
 def analyse(model, windows, batch=8):
-    """Per-layer attention entropy and token similarity of a trained model on fixed held-out windows."""
-    model.eval()
-    device = next(model.parameters()).device
+    """Per-layer attention entropy and token similarity on fixed held-out windows."""
     n_layer = model.config.n_layer
     entropy, similarity = np.zeros(n_layer), np.zeros(n_layer)
     for i in range(0, len(windows), batch):
-        x = windows[i:i + batch].to(device)
-        _, _, internals = model(x, all_logits=True, return_internals=True)  # explicit softmax path
+        x = windows[i:i + batch]
+        attention, hidden = internals(model, x)
         for layer in range(n_layer):  # weight each chunk by its size: a mean over all samples
-            entropy[layer] += attention_entropy(internals["attention"][layer]) * len(x)
-            similarity[layer] += token_similarity(internals["hidden"][layer]) * len(x)
+            entropy[layer] += attention_entropy(attention[layer]) * len(x)
+            similarity[layer] += token_similarity(hidden[layer]) * len(x)
     return {"attention_entropy": (entropy / len(windows)).tolist(), "similarity": (similarity / len(windows)).tolist()}
 
 
 def heldout_windows(cfg, n):
     """The same n windows of block_size tokens, evenly spaced over the val shard, for every mode."""
-    data_dir = os.path.join(prepare.DATA_ROOT, cfg["dataset"])
-    meta = prepare.load_meta(data_dir)
-    tokens = prepare.read_shard(prepare.list_shards(data_dir, "val")[0], meta["vocab_size"])
+    data_dir = cfg["dataset"] if os.sep in cfg["dataset"] else os.path.join(shards.DATA_ROOT, cfg["dataset"])
+    meta = shards.load_meta(data_dir)
+    tokens = shards.read_shard(shards.list_shards(data_dir, "val")[0], meta["vocab_size"])
     T = cfg["block_size"]
-    if len(tokens) < T:
-        raise ValueError(f"the val shard of {data_dir} has {len(tokens)} tokens, fewer than block_size {T}")
     starts = np.linspace(0, len(tokens) - T, num=n).astype(np.int64)
     return torch.stack([torch.from_numpy(tokens[s:s + T].astype(np.int64)) for s in starts])
 
 
-# ---- running the grid ----
+def attention_map_data(grid, summaries):
+    """{vanilla, resformer: [(layer, (T, T) attention, mean over heads)]} for the first, middle and last
+    layer, on one held-out window, from each mode's first finished run."""
+    maps = {}
+    for (name, seed, point), cfg in grid:
+        if name in ("vanilla", "resformer") and name not in maps and (name, seed, point) in summaries:
+            model = GPT.from_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
+            attention, _ = internals(model, heldout_windows(cfg, 3)[1:2])  # the middle of 3 spaced windows
+            layers = sorted({0, len(attention) // 2, len(attention) - 1})
+            maps[name] = [(i + 1, attention[i][0].mean(0).numpy()) for i in layers]
+    return maps if len(maps) == 2 else {}
 
-def run_one(cfg, run_dir, samples):
-    """Train one mode/seed (or reuse a finished identical run) and analyse it; returns its summary."""
-    summary_path = os.path.join(run_dir, "summary.json")
-    if os.path.isfile(summary_path):
-        with open(summary_path) as f:
-            old = json.load(f)
-        if old.get("config") == cfg and old.get("status") == "done":
-            print(f"reusing {run_dir} (same settings, finished)")
-            return {**old, "reused": True}
-    for stale in ("log.jsonl", "ckpt.pt"):  # train appends to the log: start this run's files clean
-        if os.path.exists(os.path.join(run_dir, stale)):
-            os.remove(os.path.join(run_dir, stale))
-    summary = train.train(cfg)
-    model = summary.pop("model")  # the trained model, still on the training device
-    if summary["status"] == "done":
-        summary.update(analyse(model, heldout_windows(cfg, samples)))
-    summary["config"] = cfg
-    with open(summary_path, "w") as f:
+
+# ---- running the grid: each run is train.py in its own folder ----
+
+def read_log(run_dir):
+    with open(os.path.join(run_dir, "log.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def finished(cfg, run_dir):
+    """The run's summary if it finished with exactly these settings, else None."""
+    path = os.path.join(run_dir, "summary.json")
+    if os.path.isfile(path):
+        with open(path) as f:
+            summary = json.load(f)
+        if summary.get("config") == cfg:
+            return summary
+    return None
+
+
+def command(cfg, run_dir):
+    """The train.py command for one run: resume its checkpoint if it is this run's, else start afresh."""
+    args = [sys.executable, TRAIN_PY] + [f"--{k}={v}" for k, v in cfg.items() if k not in ("resume", "overwrite")]
+    ckpt_path = os.path.join(run_dir, "ckpt.pt")
+    if os.path.isfile(ckpt_path):
+        try:
+            same = {k: v for k, v in load_checkpoint(ckpt_path)["config"].items() if k != "resume"} == \
+                   {k: v for k, v in cfg.items() if k != "resume"}
+        except (ValueError, KeyError):
+            same = False
+        return args + (["--resume"] if same else ["--overwrite"]), same
+    return args, False
+
+
+def summarise(cfg, run_dir, samples, threads):
+    """summary.json of a finished run: its log's numbers and the analysis of its final model."""
+    log = read_log(run_dir)
+    train_records = [r for r in log if r["kind"] == "train"]
+    speeds = sorted(r["tokens_per_sec"] for r in train_records[1:]) or [float("nan")]
+    model = GPT.from_checkpoint(os.path.join(run_dir, "ckpt.pt"))
+    first_record = next(r for r in log if r["kind"] == "config")
+    summary = {"config": cfg, "status": "done", "val_loss_full": [r for r in log if r["kind"] == "final"][-1]["val_loss_full"],
+               "evals": [r for r in log if r["kind"] == "eval"], "num_params": model.num_params(),
+               "tokens_per_step": first_record["tokens_per_step"], "tokens_per_sec": speeds[len(speeds) // 2],
+               "threads": threads, "kv_cache_bytes_per_token": model.kv_cache_bytes(1, 1),
+               **analyse(model, heldout_windows(cfg, samples))}
+    with open(os.path.join(run_dir, "summary.json.tmp"), "w") as f:
         json.dump(summary, f, indent=1)
+    os.replace(os.path.join(run_dir, "summary.json.tmp"), os.path.join(run_dir, "summary.json"))
     return summary
 
 
-def aggregate(names, seeds, runs):
-    """Per mode: means and spreads over the seeds that finished."""
+def run_grid(grid, jobs, samples):
+    """Train every (name, seed, point, cfg) not finished yet, `jobs` at a time; returns summaries by key."""
+    summaries, todo = {}, []
+    for key, cfg in grid:
+        done = finished(cfg, cfg["out_dir"])
+        if done:
+            print(f"reusing {cfg['out_dir']} (same settings, finished)")
+            summaries[key] = {**done, "reused": True}
+        else:
+            todo.append((key, cfg))
+    threads = 1 if jobs > 1 else torch.get_num_threads()
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    running, t_start, interrupted, failed = [], time.time(), False, []
+    n_total = len(todo)
+    while todo or running:
+        while todo and len(running) < jobs and not interrupted:
+            key, cfg = todo.pop(0)
+            os.makedirs(cfg["out_dir"], exist_ok=True)
+            args, resuming = command(cfg, cfg["out_dir"])
+            log = open(os.path.join(cfg["out_dir"], "train.out"), "a")
+            print(f"[{n_total - len(todo)}/{n_total}] {cfg['out_dir']}: " +
+                  ("resuming from its checkpoint" if resuming else "training"), flush=True)
+            running.append((key, cfg, subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env), log))
+        try:
+            time.sleep(0.5)
+        except KeyboardInterrupt:  # train.py got the Ctrl-C too: each saves at its next step
+            interrupted = True
+            print("\nCtrl-C: the running trainings save a checkpoint and stop; run the same command again "
+                  "to continue", flush=True)
+        for item in list(running):
+            key, cfg, process, log = item
+            if process.poll() is None:
+                continue
+            running.remove(item)
+            log.close()
+            if process.returncode == 0:
+                summaries[key] = summarise(cfg, cfg["out_dir"], samples, threads)
+                elapsed = (time.time() - t_start) / 60
+                print(f"    done {cfg['out_dir']}: val loss {summaries[key]['val_loss_full']:.4f} "
+                      f"({elapsed:.1f} min so far)", flush=True)
+            elif process.returncode == 130:
+                interrupted = True
+            else:
+                failed.append(cfg["out_dir"])
+                tail = open(os.path.join(cfg["out_dir"], "train.out")).read().strip().splitlines()[-3:]
+                print(f"    FAILED {cfg['out_dir']} (exit {process.returncode}):\n      " + "\n      ".join(tail))
+    return summaries, interrupted, failed
+
+
+def build_grid(cfg, modes, seeds, points, root):
+    """[((name, seed, point), train settings)] with seed outermost, so complete seed sets finish early."""
+    base = {k: cfg[k] for k in TRAIN_SETTINGS}
+    base["resume"], base["overwrite"] = False, False
+    grid = []
+    for seed in seeds:
+        for point_name, point in points:
+            for name, overrides in modes:
+                folder = re.sub(r"[^A-Za-z0-9_.=-]+", "-", f"{point_name}{'_' if point_name else ''}{name}_seed{seed}")
+                run = {**base, **point, **overrides, "seed": seed, "out_dir": os.path.join(root, folder)}
+                if run["lr_decay_iters"] == 0:  # spelled out, so a shorter variant keeps its own full schedule
+                    run["lr_decay_iters"] = run["max_iters"]
+                grid.append(((name, seed, point_name), run))
+    return grid
+
+
+def add_less_data(modes, cfg):
+    """The paper's data-efficiency test: ResFormer trained on less_data of the tokens, its own schedule."""
+    if not cfg["less_data"] or not any(o["value_mode"] == "resformer" for _, o in modes):
+        return modes
+    if not 0 < cfg["less_data"] < 1:
+        raise ConfigError(f"--less_data={cfg['less_data']}: a share between 0 and 1 (e.g. 0.85), or 0 for off")
+    steps = round(cfg["less_data"] * cfg["max_iters"])
+    extra = [(f"resformer:max_iters={steps}", dict(value_mode="resformer", learnable_lambda=False, n_kv_head=0,
+                                                     max_iters=steps, lr_decay_iters=steps))]
+    return modes + [m for m in extra if m[0] not in dict(modes)]
+
+
+# ---- results ----
+
+def per_mode(summaries, names, seeds, point):
+    """For each variant: per-seed final losses and curves, and its paired statistics against vanilla."""
     results = {}
     for name in names:
-        done = [runs[name, s] for s in seeds if runs[name, s]["status"] == "done"]
-        if not done:
-            results[name] = {"status": [runs[name, s]["status"] for s in seeds]}
+        runs = {s: summaries[name, s, point] for s in seeds if (name, s, point) in summaries}
+        if not runs:
             continue
-        finals = np.array([r["val_loss"] for r in done])
-        curves = np.array([[e["val_loss"] for e in r["evals"]] for r in done])
-        results[name] = {
-            "seeds": [r["config"]["seed"] for r in done], "num_params": done[0]["num_params"],
-            "val_loss": finals.tolist(), "val_loss_mean": finals.mean(),
-            "val_loss_std": finals.std(ddof=1) if len(finals) > 1 else 0.0,  # sample std over seeds
-            "val_loss_min": finals.min(), "val_loss_max": finals.max(),
-            "tokens": [e["tokens"] for e in done[0]["evals"]],
-            "val_loss_at_tokens_mean": curves.mean(axis=0).tolist(),
-            "val_loss_at_tokens_min": curves.min(axis=0).tolist(), "val_loss_at_tokens_max": curves.max(axis=0).tolist(),
-            "kv_cache_bytes_per_token": done[0]["kv_cache_bytes_per_token"],
-            "tokens_per_sec": float(np.mean([r["tokens_per_sec"] for r in done])),
-        }
-        for key in ("attention_entropy", "similarity"):  # per layer: mean and sample std over seeds
-            per_seed = np.array([r[key] for r in done])
-            results[name][key] = per_seed.mean(axis=0).tolist()
-            results[name][key + "_std"] = (per_seed.std(axis=0, ddof=1) if len(done) > 1 else 0 * per_seed[0]).tolist()
-        results[name] = {k: float(v) if isinstance(v, np.floating) else v for k, v in results[name].items()}
+        finals = [r["val_loss_full"] for r in runs.values()]
+        first = next(iter(runs.values()))
+        r = {"seeds": list(runs), "val_loss": finals, "val_loss_mean": float(np.mean(finals)),
+             "val_loss_std": float(np.std(finals, ddof=1)) if len(finals) > 1 else 0.0,
+             "num_params": first["num_params"], "kv_cache_bytes_per_token": first["kv_cache_bytes_per_token"],
+             "tokens": [e["tokens"] for e in first["evals"]], "total_tokens": first["evals"][-1]["tokens"],
+             "curves": [[e["val_loss"] for e in run["evals"]] for run in runs.values()],
+             "tokens_per_sec": float(np.mean([run["tokens_per_sec"] for run in runs.values()]))}
+        for key in ("attention_entropy", "similarity"):
+            per_seed = np.array([run[key] for run in runs.values()])
+            r[key], r[key + "_std"] = per_seed.mean(axis=0).tolist(), (per_seed.std(axis=0, ddof=1) if len(runs) > 1
+                                                                        else 0 * per_seed[0]).tolist()
+        lambdas = [run["evals"][-1].get("lambdas") for run in runs.values()]
+        if all(lambdas):
+            r["lambdas"] = np.mean(np.array(lambdas), axis=0).tolist()  # per layer (lambda_1, lambda_2)
+        results[name] = r
+    if "vanilla" in results:
+        base = results["vanilla"]
+        for name, r in results.items():
+            pairs = [(s, r["val_loss"][i] - base["val_loss"][base["seeds"].index(s)])
+                     for i, s in enumerate(r["seeds"]) if name != "vanilla" and s in base["seeds"]]
+            if pairs:
+                r["paired"] = paired_stats([d for _, d in pairs])
+                # in-run crossing: tokens where this curve first reaches vanilla's final (fixed-window) loss
+                r["crossing_tokens"] = [crossing(r["tokens"], r["curves"][i], base["curves"][base["seeds"].index(s)][-1])
+                                        for i, s in enumerate(r["seeds"]) if s in base["seeds"]]
     return results
 
 
-def verdicts(results):
-    """One computed sentence per mode vs vanilla: is the difference bigger than the seed spread?"""
-    if "vanilla" not in results or "val_loss_mean" not in results["vanilla"]:
-        return []
-    base, lines = results["vanilla"], []
+def fmt_interval(stats):
+    return "-" if stats["interval"] is None else f"[{stats['interval'][0]:+.4f}, {stats['interval'][1]:+.4f}]"
+
+
+def write_tables(root, results, sweep, info):
+    with open(os.path.join(root, "results.json"), "w") as f:
+        json.dump({"info": info, "modes": results, "sweep": sweep}, f, indent=1)
+    reused = f" ({info['reused']} of {info['runs']} runs reused)" if info["reused"] else ""
+    md = ["# Value residual comparison\n", f"`{info['command']}` — {info['hardware']}, {info['jobs']} run(s) side "
+          f"by side, {info['wall_min']:.1f} min{reused}\n",
+          f"Final val loss = the whole validation split, every token once. Seeds {info['seeds']}: same seed = same "
+          f"initial weights' RNG and the same batches in every mode. Paired difference = variant - vanilla per seed; "
+          f"interval = 95% Student t (n-1 df).\n",
+          "| variant | params | tokens | val loss (mean ± std) | paired diff per seed | mean diff | 95% interval "
+          "| wins | verdict |", "|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
-        if name == "vanilla" or "val_loss_mean" not in r:
-            continue
-        diff = r["val_loss_mean"] - base["val_loss_mean"]
-        spread = max(r["val_loss_std"], base["val_loss_std"])  # the larger of the two modes' seed std
-        if len(r["val_loss"]) < 2 or len(base["val_loss"]) < 2:
-            verdict = "one seed only: no spread to compare against"
-        elif abs(diff) > spread:
-            verdict = f"{'below' if diff < 0 else 'above'} vanilla by more than the seed spread"
-        else:
-            verdict = "within the seed spread: not distinguishable from vanilla here"
-        # same seed = same init and data order, so per-seed differences are paired
-        paired = [a - b for s, a in zip(r["seeds"], r["val_loss"]) for t, b in zip(base["seeds"], base["val_loss"]) if s == t]
-        lines.append(f"- **{name}** vs vanilla: {diff:+.4f} (spread = max seed std of the two = {spread:.4f}): {verdict}; "
-                     f"per seed: {', '.join(f'{d:+.4f}' for d in paired)}.")
-    return lines
-
-
-def write_tables(out_dir, results, info):
-    with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump({"info": info, "modes": results}, f, indent=1)
-    ok = {n: r for n, r in results.items() if "val_loss_mean" in r}
-    reused = f" ({info['reused']} of {info['runs']} runs reused from an earlier invocation)" if info["reused"] else ""
-    md = [f"# Value residual comparison\n", f"`{info['command']}` — {info['hardware']}, {info['wall_min']:.1f} min{reused}\n",
-          "| mode | params | final val loss (mean ± std) | min–max | KV cache B/token | train tokens/s |",
-          "|---|---|---|---|---|---|"]
-    for name, r in ok.items():
-        md.append(f"| {name} | {r['num_params'] / 1e6:.3f}M | {r['val_loss_mean']:.4f} ± {r['val_loss_std']:.4f} | "
-                  f"{r['val_loss_min']:.4f}–{r['val_loss_max']:.4f} | {r['kv_cache_bytes_per_token']:,} | {r['tokens_per_sec']:,.0f} |")
-    md += [f"\n{len(info['seeds'])} seed(s) per mode: {info['seeds']}; std is the sample std over seeds. "
-           "Same seed = same init and data order across modes.\n"] + verdicts(results)
-    failed = [f"- {n}: {r['status']}" for n, r in results.items() if "val_loss_mean" not in r]
-    md += ["\nRuns that did not finish:"] + failed if failed else []
-    if ok:
-        first = next(iter(ok.values()))
-        md += ["\n## Val loss at equal tokens (mean over seeds)\n", "| tokens | " + " | ".join(ok) + " |",
-               "|---" * (len(ok) + 1) + "|"]
-        for i, tokens in enumerate(first["tokens"]):
-            md.append(f"| {tokens:,} | " + " | ".join(f"{r['val_loss_at_tokens_mean'][i]:.4f}" for r in ok.values()) + " |")
-        T = info["block_size"]  # reference points for reading the entropy numbers
-        causal_uniform = attention_entropy((torch.ones(T, T).tril() / torch.arange(1, T + 1).unsqueeze(1))[None, None])
-        md += [f"\nEntropy reference at T={T}: every query uniform over its causal prefix = {causal_uniform:.4f}, "
-               f"log T = {math.log(T):.4f} (the maximum), all attention on one key = 0."]
-        for key, title in (("attention_entropy", "Attention entropy per layer (nats, mean ± std over seeds; higher = less concentrated)"),
-                           ("similarity", "Mean pairwise cosine similarity of token hidden states per layer (mean ± std; higher = smoother)")):
-            md += [f"\n## {title}\n", "| layer | " + " | ".join(ok) + " |", "|---" * (len(ok) + 1) + "|"]
-            for layer in range(len(first[key])):
-                md.append(f"| {layer + 1} | " + " | ".join(f"{r[key][layer]:.4f} ± {r[key + '_std'][layer]:.4f}" for r in ok.values()) + " |")
-    with open(os.path.join(out_dir, "results.md"), "w") as f:
+        p = r.get("paired")
+        cells = ["-", "-", "-", "-", "-"] if not p else [", ".join(f"{d:+.4f}" for d in p["differences"]),
+                                                         f"{p['mean']:+.4f}", fmt_interval(p),
+                                                         f"{p['wins']} of {p['n']}", verdict(p)]
+        md.append(f"| {name} | {r['num_params'] / 1e6:.3f}M | {r['total_tokens'] / 1e6:.2f}M | "
+                  f"{r['val_loss_mean']:.4f} ± {r['val_loss_std']:.4f} | " + " | ".join(cells) + " |")
+    if "vanilla" in results:
+        md.append("\nIn-run crossing (labelled as such: with a cosine schedule it is not the data-efficiency "
+                  "measure above): tokens at which each variant's fixed-window val curve first reaches vanilla's "
+                  "final fixed-window loss, per seed, as a share of vanilla's tokens.\n")
+        total = results["vanilla"]["total_tokens"]
+        for name, r in results.items():
+            if r.get("crossing_tokens"):
+                shown = ", ".join("never" if c is None else f"{c / total:.0%}" for c in r["crossing_tokens"])
+                md.append(f"- {name}: {shown}")
+    md += ["\n| variant | KV cache B/token | train tokens/s (per run) |", "|---|---|---|"]
+    md += [f"| {n} | {r['kv_cache_bytes_per_token']:,} | {r['tokens_per_sec']:,.0f} |" for n, r in results.items()]
+    for key, title in (("attention_entropy", "Attention entropy per layer (nats; higher = less concentrated)"),
+                       ("similarity", "Token similarity per layer (mean pairwise cosine; higher = smoother)")):
+        md += [f"\n## {title}\n", "| layer | " + " | ".join(results) + " |", "|---" * (len(results) + 1) + "|"]
+        for layer in range(max(len(r[key]) for r in results.values())):
+            md.append(f"| {layer + 1} | " + " | ".join(f"{r[key][layer]:.4f} ± {r[key + '_std'][layer]:.4f}"
+                                                       if layer < len(r[key]) else "-" for r in results.values()) + " |")
+    learned = {n: r["lambdas"] for n, r in results.items() if "lambdas" in r}
+    for name, lambdas in learned.items():
+        md += [f"\n## Learned lambdas of {name} (mean over seeds)\n", "| layer | lambda_1 (V_1) | lambda_2 (V_n) |",
+               "|---|---|---|"] + [f"| {i + 2} | {a:.3f} | {b:.3f} |" for i, (a, b) in enumerate(lambdas)]
+    if sweep:
+        md += ["\n## Sweep: paired difference to vanilla at each point\n",
+               "| point | variant | vanilla val loss | variant val loss | mean diff | 95% interval | wins |",
+               "|---|---|---|---|---|---|---|"]
+        for point, point_results in sweep.items():
+            for name, r in point_results.items():
+                if "paired" in r:
+                    p = r["paired"]
+                    md.append(f"| {point} | {name} | {point_results['vanilla']['val_loss_mean']:.4f} | "
+                              f"{r['val_loss_mean']:.4f} | {p['mean']:+.4f} | {fmt_interval(p)} | {p['wins']} of {p['n']} |")
+    with open(os.path.join(root, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
 
 
-def write_plots(out_dir, results):
-    """loss.png, attention_entropy.png, similarity.png; skipped with one line when matplotlib is missing."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")  # files only, no display needed
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("pictures skipped: matplotlib is not installed (pip install matplotlib); tables are written")
-        return []
-    ok = {n: r for n, r in results.items() if "val_loss_mean" in r}
-    written = []
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, r in ok.items():
-        t = np.array(r["tokens"])
-        keep = t > 0  # step 0 (loss ~ log vocab) would flatten everything else
-        line, = ax.plot(t[keep], np.array(r["val_loss_at_tokens_mean"])[keep], marker="o", ms=3, label=name)
-        ax.fill_between(t[keep], np.array(r["val_loss_at_tokens_min"])[keep], np.array(r["val_loss_at_tokens_max"])[keep],
-                        color=line.get_color(), alpha=0.2)
-    ax.set(xlabel="training tokens", ylabel="val loss", title="Val loss (mean over seeds, band = min–max)")
-    written.append(save(fig, ax, os.path.join(out_dir, "loss.png")))
-    for key, ylabel, title in (("attention_entropy", "entropy of attention received (nats)", "Attention concentration"),
-                               ("similarity", "mean pairwise cosine similarity", "Token similarity (over-smoothing)")):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for name, r in ok.items():
-            layers, mean, std = np.arange(1, len(r[key]) + 1), np.array(r[key]), np.array(r[key + "_std"])
-            line, = ax.plot(layers, mean, marker="o", ms=3, label=name)
-            ax.fill_between(layers, mean - std, mean + std, color=line.get_color(), alpha=0.15)
-        ax.set(xlabel="layer", ylabel=ylabel, title=title + " (band = ±1 std over seeds)")
-        written.append(save(fig, ax, os.path.join(out_dir, f"{key}.png")))
-    return written
-
-
-def save(fig, ax, path):
-    import matplotlib.pyplot as plt
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+def main(argv):
+    if not any(not a.startswith("-") for a in argv) and os.path.isfile(DEFAULT_PRESET):
+        argv = [DEFAULT_PRESET] + list(argv)  # no preset named: the comparison preset
+    cfg = parse_args(SETTINGS, argv, USAGE)
+    if cfg["plot"]:
+        path = plots.plot_logs(parse_list(cfg["plot"]), cfg["plot_path"])
+        print(f"wrote {path}" if path else "nothing written")
+        return 0 if path else 1
+    if cfg["resume"]:
+        raise ConfigError("compare.py takes no --resume: run the same command again; finished runs are reused "
+                          "and stopped ones resume from their checkpoints")
+    modes, seeds = add_less_data(parse_modes(cfg["modes"]), cfg), parse_seeds(cfg["seeds"], cfg["seed"])
+    points = [(p.replace(":", "_"), parse_overrides(p, f"--sweep point {p!r}")) for p in parse_list(cfg["sweep"])]
+    if cfg["analysis_samples"] < 1:
+        raise ConfigError("--analysis_samples must be at least 1")
+    device = cfg["device"] if cfg["device"] != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
+    jobs = cfg["jobs"] or (1 if device.startswith("cuda") else os.cpu_count() or 1)
+    root = cfg["out_dir"]
+    os.makedirs(root, exist_ok=True)
+    grid = build_grid(cfg, modes, seeds, points or [("", {})], root)
+    print(f"{len(grid)} runs ({len(modes)} variants x {len(seeds)} seeds x {max(len(points), 1)} points), "
+          f"{jobs} at a time, in {root}", flush=True)
+    t_start = time.time()
+    summaries, interrupted, failed = run_grid(grid, jobs, cfg["analysis_samples"])
+    if interrupted:
+        print(f"interrupted: finished runs are kept in {root}, stopped ones have checkpoints; "
+              f"run the same command again to continue")
+        return 130
+    names = [n for n, _ in modes]
+    results = per_mode(summaries, names, seeds, points[0][0] if points else "")
+    sweep = {p: per_mode(summaries, names, seeds, p) for p, _ in points} if points else {}
+    reused = sum(1 for s in summaries.values() if s.get("reused"))
+    given = sorted(given_keys(argv[1:] if argv and argv[0] == DEFAULT_PRESET else argv))
+    info = {"command": "python compare.py" + "".join(" " + a for a in argv if a != DEFAULT_PRESET),
+            "seeds": seeds, "hardware": hardware(device), "jobs": jobs, "wall_min": (time.time() - t_start) / 60,
+            "runs": len(grid), "reused": reused, "given": given}
+    write_tables(root, results, sweep, info)
+    pictures = plots.write_all(root, results, sweep, attention_map_data(grid, summaries))
+    print(open(os.path.join(root, "results.md")).read())
+    print("wrote " + ", ".join([os.path.join(root, "results.md"), os.path.join(root, "results.json")] + pictures))
+    return 1 if failed else 0
 
 
 def hardware(device):
-    """'cuda: NVIDIA H200' or the CPU's model name and core count, for the results header."""
+    """'NVIDIA H200, torch ...' or the CPU's model name and core count, for the results header."""
     if device.startswith("cuda"):
         return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
     name = platform.processor() or platform.machine()
     if os.path.isfile("/proc/cpuinfo"):
         found = re.search(r"model name\s*:\s*(.+)", open("/proc/cpuinfo").read())
         name = found.group(1).strip() if found else name
-    return f"{device}: {name}, {os.cpu_count()} cores visible, torch {torch.__version__}"
-
-
-def main(argv):
-    cfg = load_config(DEFAULTS, argv)
-    modes, seeds = parse_modes(cfg["modes"]), parse_seeds(cfg["seeds"], cfg["seed"])
-    if cfg["analysis_samples"] < 1:
-        raise ValueError("--analysis_samples must be at least 1")
-    if cfg["resume"]:  # each run starts fresh; continuing a comparison is reusing its finished runs
-        raise ValueError("compare.py takes no --resume: run the same command again and finished runs are reused")
-    root = cfg["out_dir"]
-    os.makedirs(root, exist_ok=True)
-    base = {k: cfg[k] for k in train.DEFAULTS}  # train gets only its own settings
-    device = train.pick_device_and_dtype(base)[0]
-    grid = [(seed, name, overrides) for seed in seeds for name, overrides in modes]  # seed outer: complete sets early
-    runs, t_start, durations, reused = {}, time.time(), [], 0
-    for i, (seed, name, overrides) in enumerate(grid):
-        eta = f"ETA {np.mean(durations) * (len(grid) - i) / 60:.0f} min" if durations else "ETA after the first run"
-        print(f"\n[run {i + 1}/{len(grid)}] {name} seed {seed} — {eta}", flush=True)
-        run_dir = os.path.join(root, f"{name}_seed{seed}")
-        t0 = time.time()
-        runs[name, seed] = run_one({**base, **overrides, "seed": seed, "out_dir": run_dir}, run_dir, cfg["analysis_samples"])
-        durations.append(time.time() - t0)
-        reused += runs[name, seed].pop("reused", False)
-        if runs[name, seed]["status"] == "interrupted":
-            print(f"interrupted: finished runs are kept in {root}; run the same command again to continue")
-            return 130
-    results = aggregate([n for n, _ in modes], seeds, runs)
-    info = {"command": "python compare.py" + "".join(" " + a for a in argv), "seeds": seeds, "block_size": cfg["block_size"],
-            "hardware": hardware(device),
-            "wall_min": (time.time() - t_start) / 60, "runs": len(grid), "reused": reused}
-    write_tables(root, results, info)
-    pictures = write_plots(root, results)
-    print(open(os.path.join(root, "results.md")).read())
-    print("wrote " + ", ".join(os.path.join(root, f) for f in ["results.md", "results.json"]) +
-          "".join(", " + p for p in pictures))
-    return 0
+    return f"{name}, {os.cpu_count()} cores, torch {torch.__version__}"
 
 
 if __name__ == "__main__":
@@ -323,5 +506,5 @@ if __name__ == "__main__":
         sys.exit(main(sys.argv[1:]))
     except (ValueError, FileNotFoundError) as e:  # user mistakes: one line, no traceback
         sys.exit(f"error: {e}")
-    except KeyboardInterrupt:  # Ctrl-C outside training (analysis): finished runs stay reusable
+    except KeyboardInterrupt:
         sys.exit(130)

@@ -1,14 +1,60 @@
 """
-Settings for every script: defaults (in the script) < preset files < --key=value overrides.
+Settings for every script: defaults < preset files < --key=value overrides.
 
     python train.py config/quickstart.py --value_mode=svformer --n_kv_head=2 --compile=False
 
 A preset is a plain Python-looking file of `key = value` lines (comments allowed). It is read
 with ast.literal_eval, never executed, so a preset can only set values, and every key it or an
 override names must be one the script knows, with a value of the default's type.
+
+Each script lists its settings as name=(default, meaning); `--help` prints that list. train.py's
+settings live here, not in train.py, because compare.py and bench.py take them too and no script
+imports another.
 """
 import ast
 import os
+import sys
+
+# train.py's settings. The defaults are the CPU quickstart (config/quickstart.py spells them out):
+# a small byte-level ResFormer on Shakespeare's plays, about 5 minutes on 2 CPU cores.
+TRAIN_SETTINGS = dict(
+    # I/O
+    out_dir=("out", "directory for ckpt.pt and log.jsonl"),
+    eval_interval=(500, "evaluate (and checkpoint) every this many steps"),
+    log_interval=(100, "print and log the training loss every this many steps"),
+    eval_iters=(20, "batches per loss estimate during training"),
+    resume=(False, "continue out_dir/ckpt.pt: its settings, changed only where given"),
+    overwrite=(False, "start afresh even if out_dir already holds a checkpoint"),
+    seed=(1337, "seed of the initial weights and the order of the training batches"),
+    # data
+    dataset=("shakespeare_byte", "data/<dataset>/ from prepare.py, or a path to such a directory"),
+    batch_size=(12, "sequences per micro-step"),
+    block_size=(64, "tokens per sequence (the model's context length)"),
+    gradient_accumulation_steps=(1, "micro-steps per optimizer step, in all (divided over torchrun's ranks)"),
+    # model (see GPTConfig in model.py)
+    n_layer=(4, "transformer blocks"),
+    n_head=(4, "attention heads"),
+    n_kv_head=(0, "key/value heads for grouped-query attention (0 = n_head)"),
+    n_embd=(128, "model width"),
+    dropout=(0.0, "dropout rate"),
+    bias=(False, "biases in Linear and LayerNorm layers"),
+    value_mode=("resformer", "vanilla | resformer (value residual) | svformer (single shared value)"),
+    learnable_lambda=(False, "resformer: learn (lambda_1, lambda_2) per layer instead of fixed 0.5/0.5"),
+    # AdamW and the schedule: linear warmup, cosine decay to min_lr at lr_decay_iters
+    learning_rate=(1e-3, "peak learning rate"),
+    max_iters=(5000, "optimizer steps in all"),
+    weight_decay=(0.1, "AdamW weight decay (2-D weights only)"),
+    beta1=(0.9, "AdamW beta1"),
+    beta2=(0.95, "AdamW beta2"),
+    grad_clip=(1.0, "clip the gradient norm to this (0 = off)"),
+    warmup_iters=(100, "linear warmup steps (clipped to the run)"),
+    lr_decay_iters=(0, "step where the cosine reaches min_lr (0 = max_iters)"),
+    min_lr=(1e-4, "final learning rate"),
+    # system
+    device=("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps"),
+    dtype=("auto", "auto (bfloat16 on capable GPUs, else float32), float32, bfloat16, float16"),
+    compile=(False, "torch.compile the model (GPU; slow to start)"),
+)
 
 
 class ConfigError(ValueError):
@@ -60,14 +106,57 @@ def read_preset(path):
     return settings
 
 
+def defaults_of(settings):
+    """{name: default} from {name: (default, meaning)}."""
+    return {key: default for key, (default, _) in settings.items()}
+
+
+def help_text(settings, usage):
+    """The usage line, then every setting with its default and meaning."""
+    rows = [(f"--{key}={default}", meaning) for key, (default, meaning) in settings.items()]
+    width = max(len(r[0]) for r in rows) + 2
+    return "\n".join([usage, "", "settings (--key=value; defaults shown):"] +
+                      [f"  {flag:<{width}}{meaning}" for flag, meaning in rows])
+
+
+def parse_args(settings, argv, usage):
+    """load_config for a script: --help/-h prints every setting and exits 0."""
+    if "--help" in argv or "-h" in argv:
+        print(help_text(settings, usage))
+        sys.exit(0)
+    return load_config(defaults_of(settings), argv)
+
+
+def given_keys(argv):
+    """The settings an argv sets, by preset files or --key=value (as load_config reads them)."""
+    keys = set()
+    for arg in argv:
+        if arg.startswith("--"):
+            keys.add(arg[2:].partition("=")[0])
+        elif arg not in ("-h",):
+            keys.update(read_preset(arg))
+    return keys
+
+
+def parse_list(text, cast=str):
+    """'128,512' -> [128, 512]; also '(128, 512)', which is how a preset file's tuple arrives."""
+    items = [s.strip().strip("'\"") for s in str(text).strip("()[] ").split(",")]
+    try:
+        return [cast(s) for s in items if s]
+    except ValueError:
+        raise ConfigError(f"cannot read {text!r} as a comma-separated list of {cast.__name__}") from None
+
+
 def load_config(defaults, argv):
     """defaults updated by preset files (plain arguments) then --key=value overrides, in order."""
     config = dict(defaults)
     for arg in argv:
         if arg.startswith("--"):
             key, sep, text = arg[2:].partition("=")
+            if not sep and key in defaults and not isinstance(defaults[key], bool):
+                raise ConfigError(f"--{key} needs a value: write --{key}=VALUE (one argument, with =)")
             if not sep:
-                value = True  # a bare --flag means True
+                value = True  # a bare --flag means True (booleans only)
             elif isinstance(defaults.get(key), str):
                 value = text  # text settings take the text as typed: --start=1e3 stays "1e3", --seeds=1,2 stays "1,2"
             else:

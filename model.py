@@ -12,6 +12,8 @@ grouped-query attention (`n_kv_head`) and a KV cache that stores one value tenso
 """
 import inspect
 import math
+import os
+from contextlib import nullcontext
 from dataclasses import dataclass, fields
 
 import torch
@@ -19,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 VALUE_MODES = ("vanilla", "resformer", "svformer")
+CHECKPOINT_FORMAT = "value-residual-gpt/1"  # train.py writes it; from_checkpoint checks it
 
 
 @dataclass
@@ -50,6 +53,11 @@ class GPTConfig:
     def head_dim(self):
         return self.n_embd // self.n_head
 
+    @property
+    def n_value_tensors(self):
+        """Value tensors a KV cache holds: one per layer, or SVFormer's single V_1 for all layers."""
+        return 1 if self.value_mode == "svformer" else self.n_layer
+
     @classmethod
     def from_dict(cls, d):
         """Build a config from a dict that may hold other keys too (a training config)."""
@@ -59,7 +67,7 @@ class GPTConfig:
 
 def kv_cache_bytes(config, batch_size, seq_len, dtype=torch.float32):
     """Bytes a KVCache for this config needs, by the rule KVCache allocates with (no model needed)."""
-    n_tensors = config.n_layer + (1 if config.value_mode == "svformer" else config.n_layer)
+    n_tensors = config.n_layer + config.n_value_tensors  # keys for every layer, then the values
     per_tensor = batch_size * config.n_kv_head * seq_len * config.head_dim
     return n_tensors * per_tensor * torch.tensor([], dtype=dtype).element_size()
 
@@ -73,9 +81,8 @@ class KVCache:
 
     def __init__(self, config, batch_size, max_len, device, dtype):
         shape = (batch_size, config.n_kv_head, max_len, config.head_dim)
-        n_values = 1 if config.value_mode == "svformer" else config.n_layer
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_values)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_value_tensors)]
         self.max_len = max_len
         self.length = 0  # tokens already stored (same for every layer once a forward finishes)
 
@@ -99,10 +106,12 @@ class CausalSelfAttention(nn.Module):
         self.layer_idx = layer_idx
         self.value_mode = config.value_mode
         self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.n_kv_head, config.head_dim
-        kv_dim = config.n_kv_head * config.head_dim
+        self.kv_dim = config.n_kv_head * config.head_dim
         # svformer: only the first layer projects values; the others reuse V_1 (fewer parameters)
         self.owns_value = config.value_mode != "svformer" or layer_idx == 0
-        self.c_attn = nn.Linear(config.n_embd, config.n_embd + (2 if self.owns_value else 1) * kv_dim, bias=config.bias)
+        # one matmul for q, k (and v): output sizes n_embd + kv_dim (+ kv_dim)
+        self.split_sizes = [config.n_embd, self.kv_dim] + ([self.kv_dim] if self.owns_value else [])
+        self.c_attn = nn.Linear(config.n_embd, sum(self.split_sizes), bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.dropout = config.dropout
@@ -116,19 +125,19 @@ class CausalSelfAttention(nn.Module):
     def project(self, x):
         """q: (B, n_head, T, hd); k, v: (B, n_kv_head, T, hd); v is None without a value projection."""
         B, T, C = x.size()
-        kv_dim = self.n_kv_head * self.head_dim
-        parts = self.c_attn(x).split([C, kv_dim, kv_dim][: 3 if self.owns_value else 2], dim=2)
+        parts = self.c_attn(x).split(self.split_sizes, dim=2)
         q = parts[0].view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         k = parts[1].view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
         v = parts[2].view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2) if self.owns_value else None
         return q, k, v
 
-    def forward(self, x, first_value, kv_cache=None, return_weights=False):
-        """first_value is V_1 for these tokens (None in layer 1). Returns (output, this layer's value)."""
+    def forward(self, x, first_value, kv_cache=None):
+        """x (B, T, C); first_value is V_1 (B, n_kv_head, T, hd), None in layer 1.
+        Returns (output (B, T, C), this layer's value (B, n_kv_head, T, hd))."""
         B, T, C = x.size()
-        q, k, v = self.project(x)
+        q, k, v = self.project(x)  # q (B, n_head, T, hd); k, v (B, n_kv_head, T, hd)
 
-        # The three value modes, in KV-head space (values get no positional signal).
+        # The three value modes, in key/value-head space (values get no positional signal).
         if self.layer_idx == 0 or self.value_mode == "vanilla":
             value = v  # U_n = A_n V_n
         elif self.value_mode == "resformer":
@@ -139,28 +148,15 @@ class CausalSelfAttention(nn.Module):
 
         if kv_cache is not None:
             # Values are stored only by layers that own them; svformer's others read layer 1's.
-            k_all, v_all = kv_cache.store(self.layer_idx, k, value if self.owns_value else None)
+            k, attended_value = kv_cache.store(self.layer_idx, k, value if self.owns_value else None)
         else:
-            k_all, v_all = k, value
-        if return_weights:  # explicit path for analysis: same maths, but keeps the attention matrix
-            att = self.attention_weights(q, k_all)
-            y = att @ v_all.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
-        else:
-            att = None
-            # T == 1 decoding attends to the whole cache, so no mask; otherwise causal.
-            y = F.scaled_dot_product_attention(q, k_all, v_all, is_causal=T > 1,
-                                               dropout_p=self.dropout if self.training else 0.0,
-                                               enable_gqa=self.n_kv_head != self.n_head)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.c_proj(y)), value, att
-
-    def attention_weights(self, q, k):
-        """softmax(Q K^T / sqrt(d) + causal mask), (B, n_head, T, T_k); for analysis, not training."""
-        k = k.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
-        T, Tk = q.size(2), k.size(2)
-        mask = torch.ones(T, Tk, dtype=torch.bool, device=q.device).tril(diagonal=Tk - T)
-        return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            attended_value = value
+        # T == 1 decoding attends to the whole cache, so no mask; otherwise causal.
+        y = F.scaled_dot_product_attention(q, k, attended_value, is_causal=T > 1,
+                                           dropout_p=self.dropout if self.training else 0.0,
+                                           enable_gqa=self.n_kv_head != self.n_head)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side again
+        return self.resid_dropout(self.c_proj(y)), value
 
 
 class MLP(nn.Module):
@@ -185,11 +181,11 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x, first_value, kv_cache=None, return_weights=False):
-        attn_out, value, att = self.attn(self.ln_1(x), first_value, kv_cache, return_weights)
+    def forward(self, x, first_value, kv_cache=None):
+        attn_out, value = self.attn(self.ln_1(x), first_value, kv_cache)
         x = x + attn_out
         x = x + self.mlp(self.ln_2(x))
-        return x, value, att
+        return x, value
 
 
 class GPT(nn.Module):
@@ -225,13 +221,23 @@ class GPT(nn.Module):
         n = sum(p.numel() for p in self.parameters())
         return n - self.transformer.wpe.weight.numel() if non_embedding else n
 
-    def forward(self, idx, targets=None, all_logits=False, kv_cache=None, return_internals=False):
-        """Returns (logits, loss) like nanoGPT: logits for every position when targets are given
-        or all_logits=True, else only for the last position (all generation needs).
+    @classmethod
+    def from_checkpoint(cls, path_or_checkpoint, device="cpu"):
+        """A trained model in eval mode, from train.py's ckpt.pt (a path, or the loaded dict):
 
-        return_internals=True adds a third value: {"attention": [per layer (B, n_head, T, T)],
-        "hidden": [per layer (B, T, C) block outputs]}, computed by an explicit softmax path.
+            model = GPT.from_checkpoint("out/ckpt.pt")
+            logits, _ = model(torch.tensor([[72, 101]]))
         """
+        ckpt = path_or_checkpoint
+        if isinstance(ckpt, str):
+            ckpt = load_checkpoint(ckpt, map_location=device)
+        model = cls(GPTConfig(**ckpt["model_args"]))
+        model.load_state_dict(ckpt["model"])
+        return model.to(device).eval()
+
+    def forward(self, idx, targets=None, all_logits=False, kv_cache=None):
+        """Returns (logits, loss) like nanoGPT: logits for every position when targets are given
+        or all_logits=True, else only for the last position (all generation needs)."""
         B, T = idx.size()
         start = kv_cache.length if kv_cache is not None else 0
         if start > 0 and T > 1:  # SDPA's causal mask assumes queries and keys start together
@@ -240,13 +246,11 @@ class GPT(nn.Module):
             raise ValueError(f"sequence of {start + T} tokens exceeds block_size {self.config.block_size}")
         pos = torch.arange(start, start + T, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-        first_value, attentions, hidden = None, [], []
+        first_value = None
         for block in self.transformer.h:
-            x, value, att = block(x, first_value, kv_cache, return_internals)
+            x, value = block(x, first_value, kv_cache)
             if first_value is None:
                 first_value = value  # V_1, not detached: every layer's gradient reaches layer 1's W_V
-            attentions.append(att)
-            hidden.append(x)
         if kv_cache is not None:
             kv_cache.length += T
         x = self.transformer.ln_f(x)
@@ -254,10 +258,8 @@ class GPT(nn.Module):
             logits = self.lm_head(x)
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         else:
-            logits = self.lm_head(x if all_logits else x[:, [-1], :])
+            logits = self.lm_head(x if all_logits else x[:, -1:, :])
             loss = None
-        if return_internals:
-            return logits, loss, {"attention": attentions, "hidden": hidden}
         return logits, loss
 
     # ---- KV cache and generation ----
@@ -327,6 +329,61 @@ class GPT(nn.Module):
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
         fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
+
+
+def optimizer_step(model, optimizer, scaler, grad_clip):
+    """After backward: clip the gradient norm (unscaled first, for fp16), step AdamW, clear the gradients."""
+    if grad_clip > 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def load_checkpoint(path, map_location="cpu"):
+    """train.py's checkpoint dict (weights without torch.compile's prefix), or a one-line error."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no checkpoint at {path}: train one first, "
+                                f"e.g. python train.py --out_dir={os.path.dirname(path) or '.'}")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:
+        raise ValueError(f"{path} is not a readable torch checkpoint ({type(e).__name__})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a checkpoint of this project (expected format {CHECKPOINT_FORMAT})")
+    ckpt["model"] = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
+    return ckpt
+
+
+def setup_device(device="auto", dtype="auto"):
+    """(device, dtype name, autocast context) from the --device/--dtype settings, or a one-line
+    error naming the setting. auto: cuda > mps > cpu; bfloat16 on GPUs that have it, else float32.
+    Weights stay float32; bf16/fp16 is compute under autocast."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    kind = device.split(":")[0]
+    if kind not in ("cpu", "cuda", "mps") or (kind != "cuda" and ":" in device):
+        raise ValueError(f"--device={device}: use auto, cpu, cuda, cuda:N or mps")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device={device}: this torch sees no CUDA GPU; use --device=cpu (or auto)")
+        index = device.partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+            raise ValueError(f"--device={device}: there are {torch.cuda.device_count()} CUDA devices (cuda:0 ...)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("--device=mps: Apple's MPS backend is not available here; use --device=cpu (or auto)")
+    if dtype == "auto":
+        dtype = "bfloat16" if kind == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"--dtype={dtype}: use auto, float32, bfloat16 or float16")
+    if dtype == "bfloat16" and kind == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"--dtype=bfloat16: {torch.cuda.get_device_name(device)} has no bfloat16; "
+                         f"use --dtype=float16 or float32")
+    if dtype == "float16" and kind == "cpu":
+        raise ValueError("--dtype=float16 needs a GPU (CPU autocast supports bfloat16); use float32 or bfloat16")
+    autocast = nullcontext() if dtype == "float32" else torch.autocast(kind, dtype=getattr(torch, dtype))
+    return device, dtype, autocast
 
 
 # Dense bf16 tensor-core peak FLOP/s (vendor datasheets), matched against torch's device name,

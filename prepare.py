@@ -8,14 +8,13 @@ Turn text into the token shards that train.py reads.
     python prepare.py --dataset=fineweb_edu --tokenizer=gpt2  # FineWeb-Edu sample-10BT (needs `datasets` + network)
 
 Shards use the llm.c layout (a 256 x int32 header, then the tokens), so they
-interchange with llm.c's and modded-nanogpt's cached FineWeb shards. The reader
-at the bottom (read_shard, list_shards, load_meta) is the one train.py uses.
+interchange with llm.c's and modded-nanogpt's cached FineWeb shards. The format, its
+reader and the tokenizers live in shards.py; this file is the corpus pipeline and its CLI.
 """
 import argparse
 import codecs
 import datetime
 import glob
-import hashlib
 import html
 import importlib.metadata
 import importlib.util
@@ -33,91 +32,11 @@ from collections import deque
 
 import numpy as np
 
-DATA_ROOT = "data"
-DATASETS = ("shakespeare", "tinyshakespeare", "fineweb_edu")
+from shards import DATA_ROOT, DATASETS, DataError, get_tokenizer, load_meta, shard_dtype, write_shard
+
 TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
-MAGIC = 20240520          # llm.c's shard magic number
-HEADER_INTS = 256         # header: 256 int32 = 1024 bytes; [0]=magic [1]=version [2]=token count
-VERSIONS = {1: np.dtype("<u2"), 2: np.dtype("<u4")}  # version 1 is llm.c's uint16; 2 is ours for big vocabs
 TEXT_CHUNK = 1 << 15      # plain-text files are split (for train/val) into pieces of about this many chars
 BATCH_CHARS = 1 << 18     # text handed to a tokenizer worker at a time
-
-
-class DataError(ValueError):
-    """A problem with the user's data or setup: one line naming the file and the fix."""
-
-
-# -----------------------------------------------------------------------------
-# tokenizers
-
-class ByteTokenizer:
-    """UTF-8 bytes plus one end-of-text id: no vocabulary file, nothing to download."""
-    name, vocab_size, eot = "byte", 257, 256
-
-    def encode(self, text):
-        return list(text.encode("utf-8"))
-
-    def encode_batch(self, texts):
-        return [self.encode(t) for t in texts]
-
-    def encode_arrays(self, texts):  # the fast path the shard writer uses
-        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
-
-    def decode(self, ids):
-        return bytes(int(i) for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
-
-
-class TiktokenTokenizer:
-    def __init__(self, enc):
-        self.enc, self.name = enc, enc.name
-        self.vocab_size, self.eot = enc.n_vocab, enc.eot_token
-
-    def encode(self, text):
-        # encode_ordinary: a literal "<|endoftext|>" in web text is just text, not a document break
-        return self.enc.encode_ordinary(text)
-
-    def encode_batch(self, texts):
-        # one thread: parallelism comes from our process pool, so --workers means what it says
-        return self.enc.encode_ordinary_batch(texts, num_threads=1)
-
-    def encode_arrays(self, texts):
-        return [np.asarray(ids, dtype=np.uint32) for ids in self.encode_batch(texts)]
-
-    def decode(self, ids):
-        ids = [int(i) for i in ids if 0 <= i < self.vocab_size]
-        try:
-            return self.enc.decode(ids, errors="replace")
-        except Exception:  # ids in the gaps between a vocab's specials: skip them one by one
-            out = b""
-            for i in ids:
-                try:
-                    out += self.enc.decode_single_token_bytes(i)
-                except Exception:
-                    pass
-            return out.decode("utf-8", errors="replace")
-
-
-def _tiktoken_encoding(name):
-    # the only place that loads BPE files (tests swap it for an offline copy)
-    import tiktoken
-    return tiktoken.get_encoding(name)
-
-
-def get_tokenizer(name):
-    if name == "byte":
-        return ByteTokenizer()
-    try:
-        import tiktoken
-    except ImportError:
-        raise DataError(f"tokenizer {name!r} needs tiktoken: pip install tiktoken, or use --tokenizer=byte")
-    if name not in tiktoken.list_encoding_names():
-        raise DataError(f"unknown tokenizer {name!r}: choose byte or one of {', '.join(tiktoken.list_encoding_names())}")
-    try:
-        return TiktokenTokenizer(_tiktoken_encoding(name))
-    except Exception as e:
-        raise DataError(f"could not load tiktoken encoding {name!r} ({type(e).__name__}): tiktoken downloads its BPE "
-                        f"files once on first use; connect once, or set TIKTOKEN_CACHE_DIR to a cache copied from "
-                        f"a machine that has them, or use --tokenizer=byte") from None
 
 
 # -----------------------------------------------------------------------------
@@ -307,36 +226,6 @@ def tokenize(pieces, tok, workers):
 # -----------------------------------------------------------------------------
 # writing shards
 
-def shard_dtype(vocab_size):
-    return VERSIONS[1] if vocab_size <= 1 << 16 else VERSIONS[2]  # ids up to 65535 fit in uint16
-
-
-def write_shard(path, tokens, vocab_size):
-    """Writes an llm.c-layout shard atomically (temp file, fsync, rename); returns its sha256."""
-    dtype = shard_dtype(vocab_size)
-    tokens = np.asarray(tokens)
-    if not 0 < len(tokens) < 1 << 31:
-        raise ValueError(f"{path}: a shard holds 1 to 2**31-1 tokens, not {len(tokens)}")
-    if tokens.min() < 0 or tokens.max() >= vocab_size:
-        raise ValueError(f"{path}: token ids must be in [0, {vocab_size})")
-    header = np.zeros(HEADER_INTS, dtype="<i4")
-    header[:3] = MAGIC, 1 if dtype == VERSIONS[1] else 2, len(tokens)
-    body = np.ascontiguousarray(tokens, dtype=dtype)
-    tmp = path + ".tmp"  # not *.bin, so list_shards never sees a half-written shard
-    try:
-        with open(tmp, "wb") as f:
-            f.write(header.tobytes())
-            f.write(memoryview(body))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return hashlib.sha256(header.tobytes() + body.tobytes()).hexdigest()
-
-
 class ShardWriter:
     """Collects one split's tokens into fixed-size shards: <name>_<split>_000000.bin, ..."""
 
@@ -462,74 +351,6 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
     os.replace(os.path.join(staging, "meta.json"), os.path.join(out_dir, "meta.json"))
     os.rmdir(staging)
     return out_dir
-
-
-# -----------------------------------------------------------------------------
-# reading shards (train.py uses these too)
-
-def read_shard(path, vocab_size=None):
-    """Token array of a shard (ours or llm.c's / modded-nanogpt's), memory-mapped and validated."""
-    size = os.path.getsize(path)
-    if size < HEADER_INTS * 4:
-        raise DataError(f"{path}: {size} bytes is too short for a shard header: delete it and re-run prepare.py")
-    header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
-    if header[0] != MAGIC:
-        raise DataError(f"{path}: not a token shard (magic {header[0]}, expected {MAGIC}): delete it and re-run prepare.py")
-    if int(header[1]) not in VERSIONS:
-        raise DataError(f"{path}: unknown shard version {header[1]} (this reader knows {sorted(VERSIONS)}): re-run prepare.py")
-    dtype, n = VERSIONS[int(header[1])], int(header[2])
-    if n <= 0:
-        raise DataError(f"{path}: empty shard (header says {n} tokens): delete it and re-run prepare.py")
-    if size != HEADER_INTS * 4 + n * dtype.itemsize:
-        raise DataError(f"{path}: header says {n:,} tokens but the file has {size:,} bytes, not "
-                        f"{HEADER_INTS * 4 + n * dtype.itemsize:,} (truncated?): re-run prepare.py")
-    tokens = np.memmap(path, dtype=dtype, mode="r", offset=HEADER_INTS * 4, shape=(n,))
-    if vocab_size is not None and vocab_size < np.iinfo(dtype).max + 1:
-        # cheap check, not a full scan: the max of 16 evenly spaced blocks of 64K tokens (all of a
-        # shard up to 1M tokens, ~2 MB of reading otherwise); a bad id elsewhere is not caught here
-        block = 1 << 16
-        starts = np.linspace(0, max(n - block, 0), num=16, dtype=np.int64)
-        top = max(int(tokens[s:s + block].max()) for s in starts)
-        if top >= vocab_size:
-            raise DataError(f"{path}: token id {top} >= vocab size {vocab_size}: the shard was made with another "
-                            f"tokenizer; re-run prepare.py with the --tokenizer this model uses")
-    return tokens
-
-
-def _prepare_hint(data_dir):
-    """The prepare.py command that makes data_dir, when its name says (<dataset>_<tokenizer>)."""
-    base = os.path.basename(os.path.normpath(data_dir))
-    for tok in ("byte", "gpt2", "r50k_base", "p50k_base", "p50k_edit", "cl100k_base", "o200k_base", "o200k_harmony"):
-        if base.endswith("_" + tok) and len(base) > len(tok) + 1:  # tokenizer names contain "_" too: match them whole
-            dataset = base[:-len(tok) - 1]
-            args = [] if dataset == "shakespeare" else [f"--dataset={dataset}"] if dataset in DATASETS \
-                else [f"--input=<your text>", f"--dataset={dataset}"]
-            args += [] if tok == "byte" else [f"--tokenizer={tok}"]
-            root = os.path.dirname(os.path.normpath(data_dir))
-            args += [] if os.path.normpath(root) == DATA_ROOT else [f"--out_root={root}"]
-            return "python prepare.py" + "".join(" " + a for a in args)
-    return "python prepare.py --help"
-
-
-def list_shards(data_dir, split):
-    """Sorted shard paths of one split ("train" or "val")."""
-    paths = sorted(glob.glob(os.path.join(data_dir, f"*_{split}_*.bin")))
-    if not paths:
-        raise DataError(f"no {split} shards in {data_dir}: run {_prepare_hint(data_dir)}")
-    return paths
-
-
-def load_meta(data_dir):
-    path = os.path.join(data_dir, "meta.json")
-    if not os.path.exists(path):
-        # no meta.json: llm.c / modded-nanogpt FineWeb shards copied in by hand, which are GPT-2 tokens
-        return {"tokenizer": "gpt2", "vocab_size": 50257, "eot": 50256, "assumed": True}
-    try:
-        with open(path) as f:
-            meta = json.load(f)
-        return meta | {"vocab_size": int(meta["vocab_size"]), "eot": int(meta["eot"])}
-    except (ValueError, KeyError, TypeError) as e:
-        raise DataError(f"{path}: unreadable meta.json ({e}): re-run prepare.py") from None
 
 
 # -----------------------------------------------------------------------------

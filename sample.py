@@ -14,26 +14,27 @@ import dataclasses
 import os
 import sys
 import time
-from contextlib import nullcontext
 
 import torch
 
-import prepare
-from configurator import load_config
-from model import GPT, GPTConfig, kv_cache_bytes
-from train import load_checkpoint, pick_device_and_dtype
+import shards
+from configurator import ConfigError, parse_args
+from model import GPT, kv_cache_bytes, load_checkpoint, setup_device
 
-DEFAULTS = dict(
-    out_dir="out",  # reads out_dir/ckpt.pt
-    start="",  # prompt text, or FILE:path to read it from a file; empty starts from end-of-text
-    num_samples=10, max_new_tokens=500,
-    temperature=0.8,  # 1.0 = the model's distribution, lower = more conservative, 0 = greedy
-    top_k=200,  # keep only the k likeliest tokens (None: all)
-    top_p=None,  # keep the smallest set of tokens whose probability reaches p (None: all)
-    seed=1337,  # the same seed gives the same text
-    use_cache=True,  # KV cache; False recomputes the whole context for every token (nanoGPT's way)
-    device="auto", dtype="auto",
+SETTINGS = dict(
+    out_dir=("out", "read out_dir/ckpt.pt"),
+    start=("", "prompt text, or FILE:path to read it from a file; empty starts from end-of-text"),
+    num_samples=(10, "samples to print"),
+    max_new_tokens=(500, "tokens generated per sample"),
+    temperature=(0.8, "1.0 = the model's distribution, lower = more conservative, 0 = greedy"),
+    top_k=(200, "keep only the k likeliest tokens (None: all)"),
+    top_p=(None, "keep the smallest set of tokens whose probability reaches p (None: all)"),
+    seed=(1337, "the same seed gives the same text"),
+    use_cache=(True, "KV cache; False recomputes the whole context for every token (nanoGPT's way)"),
+    device=("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps"),
+    dtype=("auto", "auto (bfloat16 on capable GPUs, else float32), float32, bfloat16, float16"),
 )
+USAGE = "usage: python sample.py [--key=value ...]"
 SEPARATOR = "---------------"
 
 
@@ -55,15 +56,12 @@ def load_model(out_dir, device):
     ckpt = load_checkpoint(os.path.join(out_dir, "ckpt.pt"), map_location=device)
     if "tokenizer" not in ckpt:
         raise ValueError(f"{out_dir}/ckpt.pt records no tokenizer: re-train it with this version of train.py")
-    model = GPT(GPTConfig(**ckpt["model_args"]))
-    model.load_state_dict(ckpt["model"])  # load_checkpoint already stripped torch.compile's _orig_mod.
-    model.to(device).eval()  # eval: no dropout while sampling
-    return model, prepare.get_tokenizer(ckpt["tokenizer"]["tokenizer"])
+    return GPT.from_checkpoint(ckpt, device), shards.get_tokenizer(ckpt["tokenizer"]["tokenizer"])
 
 
 def check_settings(cfg):
     if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0:
-        raise ValueError("--num_samples must be >= 1 and --max_new_tokens >= 0")
+        raise ConfigError("--num_samples must be >= 1 and --max_new_tokens >= 0")
     if cfg["temperature"] < 0:
         raise ValueError(f"--temperature must be >= 0 (0 is greedy), got {cfg['temperature']}")
     if cfg["top_k"] is not None and cfg["top_k"] < 1:
@@ -100,9 +98,7 @@ def sample(cfg, out=None, err=None):
     "vanilla_bytes"} for tests and scripts."""
     out, err = out or sys.stdout, err or sys.stderr
     check_settings(cfg)
-    device, dtype = pick_device_and_dtype(cfg)
-    device_type = "cuda" if device.startswith("cuda") else device
-    autocast = nullcontext() if dtype == "float32" else torch.autocast(device_type, dtype=getattr(torch, dtype))
+    device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
     model, tokenizer = load_model(cfg["out_dir"], device)
     config = model.config
 
@@ -150,7 +146,7 @@ def sample(cfg, out=None, err=None):
     cache_bytes = cache.nbytes() if cache is not None else model.kv_cache_bytes(1, length, cache_dtype)
     vanilla = dataclasses.replace(config, value_mode="vanilla", learnable_lambda=False)
     vanilla_bytes = kv_cache_bytes(vanilla, 1, length, cache_dtype)
-    n_values = 1 if config.value_mode == "svformer" else config.n_layer
+    n_values = config.n_value_tensors
     what = "KV cache" if cache is not None else "KV cache off; on, it would take"
     print(f"{what}: {cache_bytes:,} bytes for {length} positions ({config.n_layer} key + {n_values} value tensors, "
           f"{str(cache_dtype).removeprefix('torch.')}); a vanilla cache: {vanilla_bytes:,} bytes "
@@ -160,7 +156,7 @@ def sample(cfg, out=None, err=None):
 
 
 def main(argv, out=None, err=None):
-    return sample(load_config(DEFAULTS, argv), out, err)
+    return sample(parse_args(SETTINGS, argv, USAGE), out, err)
 
 
 if __name__ == "__main__":

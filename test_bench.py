@@ -1,9 +1,12 @@
 """Tests for bench.py: a tiny CPU run completes in seconds and its JSON holds every field. Run: python -m pytest -q test_bench.py"""
 import json
+import os
 
 import pytest
 
 import bench
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 TINY = ["--n_layer=2", "--n_head=4", "--n_embd=32", "--block_size=24", "--seq_len=16", "--batch_size=2",
         "--contexts=16,64", "--decode_tokens=4", "--decode_batch_sizes=1,2", "--train_steps=2", "--warmup_steps=1",
@@ -60,7 +63,7 @@ def test_tiny_run_writes_every_field(tmp_path, capsys):
 
 def test_parts_and_modes_select(tmp_path):
     out = tmp_path / "c.json"
-    result = bench.main(["--model=gpt2", "--parts=cache", "--modes=svformer", "--kv_heads=12,6,1",
+    result = bench.main([os.path.join(HERE, "config", "gpt2_124m.py"), "--parts=cache", "--modes=svformer", "--kv_heads=12,6,1",
                          "--dtype=bfloat16", "--device=cpu", f"--json_out={out}"])
     assert result["train"] is None and result["decode"] is None
     rows = {(r["mode"], r["n_kv_head"]): r for r in result["cache"]["rows"]}
@@ -71,13 +74,13 @@ def test_parts_and_modes_select(tmp_path):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--model=gpt3"], "model must be one of"),
+    (["no/such/preset.py"], "no preset file"),
     (["--modes=vanilla,transformer"], "modes must be among"),
     (["--parts=train,speed"], "parts are"),
     (["--kv_heads=3"], "must be a multiple"),
     (["--contexts=16", "--decode_tokens=16"], "must be longer than decode_tokens"),
     (["--seq_len=256"], "exceeds block_size"),
-    (["--bias=maybe"], "bias must be"),
+    (["--bias=maybe"], "bias must be bool"),
     (["--compile", "--warmup_steps=0"], "compile needs warmup_steps"),
     (["--train_step=3"], "unknown setting"),
 ])

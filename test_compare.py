@@ -1,6 +1,7 @@
 import json
 import math
 import os
+import subprocess
 import sys
 
 import pytest
@@ -9,10 +10,11 @@ import torch
 import compare
 import prepare
 import train
+from model import GPT, GPTConfig
 
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=4", "--max_iters=2",
         "--eval_interval=1", "--eval_iters=2", "--log_interval=1", "--warmup_iters=1", "--lr_decay_iters=2",
-        "--analysis_samples=3", "--device=cpu"]
+        "--analysis_samples=3", "--device=cpu", "--jobs=2"]
 
 
 @pytest.fixture(scope="module")
@@ -23,31 +25,115 @@ def data_dir(tmp_path_factory):
 
 def test_tiny_comparison_writes_everything(data_dir, tmp_path, capsys):
     out = tmp_path / "cmp"
-    assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=2"]) == 0
+    assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=2", "--less_data=0.5",
+                                "--modes=vanilla,resformer,svformer,resformer_learnable"]) == 0
     results = json.load(open(out / "results.json"))
-    assert set(results["modes"]) == {"vanilla", "resformer", "svformer"}
+    assert set(results["modes"]) == {"vanilla", "resformer", "svformer", "resformer_learnable", "resformer:max_iters=1"}
     for name, r in results["modes"].items():
-        for key in ("num_params", "val_loss", "val_loss_mean", "val_loss_std", "tokens", "val_loss_at_tokens_mean",
+        for key in ("num_params", "val_loss", "val_loss_mean", "val_loss_std", "tokens", "curves",
                     "kv_cache_bytes_per_token", "tokens_per_sec", "attention_entropy", "similarity",
                     "attention_entropy_std", "similarity_std"):
             assert key in r, (name, key)
         assert len(r["val_loss"]) == 2 and math.isfinite(r["val_loss_mean"])
-        assert r["tokens"] == [0, 64, 128]  # evals at steps 0, 1, 2 of 4 x 16 tokens
         assert len(r["attention_entropy"]) == len(r["similarity"]) == 2
+        if name != "vanilla":  # paired against vanilla, seed by seed
+            p = r["paired"]
+            assert p["n"] == 2 and len(p["interval"]) == 2 and 0 <= p["wins"] <= 2
+            v = results["modes"]["vanilla"]["val_loss"]
+            assert p["differences"] == pytest.approx([r["val_loss"][i] - v[i] for i in range(2)])
     m = results["modes"]
+    assert m["vanilla"]["tokens"] == [0, 64, 128]  # evals at steps 0, 1, 2 of 4 x 16 tokens
+    assert m["resformer:max_iters=1"]["tokens"] == [0, 64] and m["resformer:max_iters=1"]["total_tokens"] == 64
     assert m["svformer"]["num_params"] < m["vanilla"]["num_params"] == m["resformer"]["num_params"]
     assert m["svformer"]["kv_cache_bytes_per_token"] * 4 == m["vanilla"]["kv_cache_bytes_per_token"] * 3  # (L+1)/2L
+    assert len(m["resformer_learnable"]["lambdas"]) == 1  # layer 2's (lambda_1, lambda_2)
     md = (out / "results.md").read_text()
-    assert "| vanilla |" in md and "resformer** vs vanilla" in md
+    assert "| vanilla |" in md and "95% interval" in md and "of 2" in md and "In-run crossing" in md
     assert (out / "vanilla_seed1338" / "summary.json").is_file()
-    assert "[run 6/6] svformer seed 1338" in capsys.readouterr().out
-    for png in ("loss.png", "attention_entropy.png", "similarity.png"):
+    for png in ("loss.png", "attention_entropy.png", "similarity.png", "lambdas.png", "attention_maps.png"):
         assert (out / png).is_file() == _has_matplotlib()
 
     # the same command again reuses every finished run instead of training it
-    compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=2"])
-    assert capsys.readouterr().out.count("reusing") == 6
-    assert "6 of 6 runs reused" in (out / "results.md").read_text()
+    capsys.readouterr()
+    compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=2", "--less_data=0.5",
+                         "--modes=vanilla,resformer,svformer,resformer_learnable"])
+    assert capsys.readouterr().out.count("reusing") == 10
+    assert "10 of 10 runs reused" in (out / "results.md").read_text()
+
+
+def test_a_variant_override_changes_only_that_variant(data_dir, tmp_path):
+    out = tmp_path / "cmp"
+    compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1", "--less_data=0",
+                         "--modes=vanilla,resformer:n_layer=3"])
+    runs = {d: json.load(open(out / d / "summary.json"))["config"] for d in os.listdir(out) if "seed" in d}
+    assert set(runs) == {"vanilla_seed1337", "resformer-n_layer=3_seed1337"}
+    vanilla, variant = runs["vanilla_seed1337"], runs["resformer-n_layer=3_seed1337"]
+    assert vanilla["n_layer"] == 2 and variant["n_layer"] == 3
+    assert {k for k in vanilla if vanilla[k] != variant[k]} == {"n_layer", "value_mode", "out_dir"}
+
+
+def test_interrupted_run_resumes_from_its_checkpoint(data_dir, tmp_path):
+    """A run stopped mid-way (its checkpoint at step 1 of 2) continues from there, not from 0."""
+    out = tmp_path / "cmp"
+    args = TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1", "--less_data=0", "--modes=vanilla"]
+    cfg = compare.build_grid(compare.parse_args(compare.SETTINGS, [compare.DEFAULT_PRESET] + args, ""),
+                             compare.parse_modes("vanilla"), [1337], [("", {})], str(out))[0][1]
+    first_half = subprocess.run(compare.command(dict(cfg, max_iters=1), cfg["out_dir"])[0], capture_output=True,
+                                text=True)
+    assert first_half.returncode == 0, first_half.stderr  # a checkpoint at step 1, with max_iters=1
+    # the same run, but its settings say max_iters=2: the checkpoint is not this run's -> starts afresh
+    assert compare.command(cfg, cfg["out_dir"])[1] is False
+    # a checkpoint of exactly this run (as Ctrl-C leaves it) is resumed
+    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    ckpt = torch.load(ckpt_path, weights_only=False)
+    ckpt["config"] = dict(cfg)
+    torch.save(ckpt, ckpt_path)
+    args_, resuming = compare.command(cfg, cfg["out_dir"])
+    assert resuming and "--resume" in args_
+    assert compare.main(args) == 0
+    log = compare.read_log(cfg["out_dir"])
+    steps = [r["iter"] for r in log if r["kind"] == "train"]
+    assert steps == [1, 2]  # step 1 from the first half, then only step 2: it went on, not from 0
+
+
+def test_paired_statistics_on_known_numbers():
+    s = compare.paired_stats([-0.03, -0.025, -0.02])  # mean -0.025, sd 0.005, t(2) = 4.303
+    assert s["mean"] == pytest.approx(-0.025) and s["wins"] == 3
+    half = 4.303 * 0.005 / math.sqrt(3)
+    assert s["interval"] == pytest.approx([-0.025 - half, -0.025 + half])
+    assert "beyond noise" in compare.verdict(s)
+    mixed = compare.paired_stats([-0.03, 0.01, -0.01])
+    assert mixed["wins"] == 2 and "not distinguishable" in compare.verdict(mixed)
+    assert compare.paired_stats([0.5])["interval"] is None
+    assert compare.t975(1) == 12.706 and compare.t975(1000) == pytest.approx(1.9623, abs=1e-3)
+
+
+def test_crossing_interpolates_or_says_never():
+    tokens, losses = [0, 100, 200, 300], [5.0, 3.0, 2.0, 1.5]
+    assert compare.crossing(tokens, losses, 2.5) == pytest.approx(150.0)
+    assert compare.crossing(tokens, losses, 2.0) == pytest.approx(200.0)
+    assert compare.crossing(tokens, losses, 1.0) is None  # the curve stays above
+
+
+def test_hooked_attention_is_what_the_model_attends_with():
+    """The weights the analysis hooks compute, applied to the layer's values, give the layer's output."""
+    torch.manual_seed(0)
+    for mode in ("vanilla", "resformer", "svformer"):
+        model = GPT(GPTConfig(n_layer=3, n_head=4, n_kv_head=2, n_embd=32, block_size=16, vocab_size=64,
+                              value_mode=mode)).eval()
+        x = torch.randint(64, (2, 12))
+        outputs = []
+        hook = model.transformer.h[2].attn.register_forward_hook(lambda m, a, out: outputs.append(out))
+        attention, hidden = compare.internals(model, x)
+        model(x)
+        hook.remove()
+        att = attention[2]
+        assert len(attention) == 3 and att.shape == (2, 4, 12, 12) and len(hidden) == 3
+        assert torch.allclose(att.sum(-1), torch.ones(2, 4, 12), atol=1e-5) and att.triu(1).abs().max() == 0
+        out, value = outputs[-1]
+        y = att @ value.repeat_interleave(2, dim=1)  # (B, n_head, T, hd)
+        y = model.transformer.h[2].attn.c_proj(y.transpose(1, 2).reshape(2, 12, 32))
+        assert torch.allclose(y, out, atol=1e-5)
 
 
 def _has_matplotlib():
@@ -83,11 +169,12 @@ def test_similarity_identical_and_orthogonal_tokens():
 
 
 def test_modes_and_seeds_parsing():
-    assert compare.parse_modes("vanilla, resformer_learnable,svformer_kv1") == [
+    assert compare.parse_modes("vanilla, resformer_learnable,svformer_kv1:n_layer=8:learning_rate=1e-3") == [
         ("vanilla", dict(value_mode="vanilla", learnable_lambda=False, n_kv_head=0)),
         ("resformer_learnable", dict(value_mode="resformer", learnable_lambda=True, n_kv_head=0)),
-        ("svformer_kv1", dict(value_mode="svformer", learnable_lambda=False, n_kv_head=1))]
-    for bad in ("transformer", "svformer_learnable", ""):
+        ("svformer_kv1:n_layer=8:learning_rate=1e-3",
+         dict(value_mode="svformer", learnable_lambda=False, n_kv_head=1, n_layer=8, learning_rate=1e-3))]
+    for bad in ("transformer", "svformer_learnable", "", "resformer:n_layer", "resformer:n_layer=x", "resformer:bogus=1"):
         with pytest.raises(ValueError):
             compare.parse_modes(bad)
     assert compare.parse_seeds("3", 10) == [10, 11, 12]
@@ -98,6 +185,6 @@ def test_modes_and_seeds_parsing():
 
 
 def test_compare_settings_do_not_shadow_train_settings(tmp_path):
-    assert not set(compare.COMPARE) & set(train.DEFAULTS)
+    assert not set(compare.COMPARE_SETTINGS) & set(train.DEFAULTS)
     with pytest.raises(ValueError, match="resume"):
         compare.main([f"--out_dir={tmp_path}", "--resume"])

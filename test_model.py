@@ -195,21 +195,6 @@ def test_cache_dtype_and_bytes_formula():
     assert isinstance(cache, KVCache) and model.new_kv_cache(1).keys[0].dtype == torch.float32
 
 
-def test_analysis_path_matches_sdpa_and_is_causal():
-    for mode in MODES:
-        model = tiny(mode, n_kv_head=2).eval()
-        x = tokens(B=2, T=12)
-        with torch.no_grad():
-            logits, _ = model(x, all_logits=True)
-            logits2, _, internals = model(x, all_logits=True, return_internals=True)
-        assert torch.allclose(logits, logits2, atol=1e-5)
-        att = internals["attention"]
-        assert len(att) == 3 and att[0].shape == (2, N_HEAD, 12, 12)
-        assert torch.allclose(att[-1].sum(-1), torch.ones(2, N_HEAD, 12), atol=1e-5)
-        assert att[-1].triu(1).abs().max() == 0  # no attention to future tokens
-        assert len(internals["hidden"]) == 3 and internals["hidden"][0].shape == (2, 12, 32)
-
-
 def test_sampling_filters():
     logits = torch.tensor([[0.0, 3.0, 1.0, 2.9]])
     assert sample_next(logits, temperature=0).item() == 1

