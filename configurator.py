@@ -82,7 +82,7 @@ def _checked(key, value, default, source):
         return value
     elif isinstance(default, str):
         return str(value)
-    elif isinstance(value, type(default)):
+    elif isinstance(value, type(default)) and not isinstance(value, bool):
         return value
     raise ConfigError(f"{source}: {key} must be {type(default).__name__} (like {default!r}), got {value!r}")
 

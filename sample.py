@@ -151,6 +151,10 @@ def sample(cfg, out=None, err=None):
     print(f"{what}: {cache_bytes:,} bytes for {length} positions ({config.n_layer} key + {n_values} value tensors, "
           f"{str(cache_dtype).removeprefix('torch.')}); a vanilla cache: {vanilla_bytes:,} bytes "
           f"(ratio {cache_bytes / vanilla_bytes:.3f})", file=err)
+    if config.learnable_lambda:  # what training made of the 0.5 / 0.5 start, layer by layer
+        lambdas = [block.attn.value_lambdas.tolist() for block in model.transformer.h[1:]]
+        print("learned lambdas (lambda_1 on V_1 / lambda_2 on V_n), layers 2-"
+              f"{config.n_layer}: " + ", ".join(f"{a:.2f}/{b:.2f}" for a, b in lambdas), file=err)
     return {"tokens": results, "tokens_per_sec": tokens_per_sec, "cache_bytes": cache_bytes,
             "vanilla_bytes": vanilla_bytes}
 

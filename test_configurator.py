@@ -1,7 +1,13 @@
-"""Tests for configurator.py: presets and --key=value overrides."""
+"""Tests for configurator.py: presets, --key=value overrides, --help."""
+import os
+import subprocess
+import sys
+
 import pytest
 
-from configurator import ConfigError, load_config
+from configurator import TRAIN_SETTINGS, ConfigError, given_keys, load_config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 DEFAULTS = dict(n_layer=6, learning_rate=1e-3, compile=True, value_mode="vanilla", top_k=None, betas=(0.9, 0.95))
 
@@ -43,3 +49,27 @@ def test_text_settings_keep_the_text_as_typed():
     cfg = load_config(DEFAULTS, ["--value_mode=1e3"])
     assert cfg["value_mode"] == "1e3"  # not "1000.0"
     assert load_config(DEFAULTS, ["--value_mode=0x10,2"])["value_mode"] == "0x10,2"
+
+
+@pytest.mark.parametrize("script", ["train.py", "sample.py", "compare.py", "bench.py", "prepare.py"])
+def test_help_lists_every_setting_and_exits_0(script):
+    """--help (and -h) print each setting with its default and meaning, from the script's SETTINGS."""
+    import importlib
+    module = importlib.import_module(script[:-3])
+    settings = getattr(module, "SETTINGS", None) or TRAIN_SETTINGS
+    for flag in ("--help", "-h"):
+        result = subprocess.run([sys.executable, script, flag], cwd=HERE, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and result.stderr == "", result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[0].startswith("usage: python " + script)
+        for key, (default, meaning) in settings.items():
+            assert any(line.split()[:1] == [f"--{key}={default}"] and line.endswith(meaning) for line in lines), key
+
+
+def test_key_space_value_is_a_one_line_error_and_bare_flags_are_booleans_only():
+    with pytest.raises(ConfigError, match=r"--n_layer needs a value: write --n_layer=VALUE"):
+        load_config(DEFAULTS, ["--n_layer", "4"])
+    with pytest.raises(ConfigError, match="n_layer must be int"):
+        load_config(DEFAULTS, ["--n_layer=True"])
+    assert load_config(DEFAULTS, ["--compile"])["compile"] is True
+    assert given_keys(["--n_layer=3", "--compile"]) == {"n_layer", "compile"}

@@ -142,3 +142,11 @@ def test_command_line_error_is_one_line(tmp_path):
                           cwd=os.path.dirname(os.path.abspath(__file__)))
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("error: no checkpoint at") and done.stderr.count("\n") == 1
+
+
+def test_learned_lambdas_are_reported(tmp_path):
+    out_dir = make_checkpoint(tmp_path, "resformer", learnable_lambda=True, n_layer=3)
+    _, err, _ = run(out_dir, "--num_samples=1", "--max_new_tokens=2")
+    assert "learned lambdas (lambda_1 on V_1 / lambda_2 on V_n), layers 2-3: 0.50/0.50, 0.50/0.50" in err
+    _, err, _ = run(make_checkpoint(tmp_path / "fixed", "resformer"), "--num_samples=1", "--max_new_tokens=2")
+    assert "learned lambdas" not in err
