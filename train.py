@@ -50,10 +50,16 @@ def check_settings(cfg):
     GPTConfig.from_dict(cfg)  # a bad model setting fails now, before any data is touched
 
 
+def warmup_steps(cfg):
+    """warmup_iters, unless it would fill the whole schedule: then a tenth of it (a short run still decays)."""
+    decay_end = cfg["lr_decay_iters"] or cfg["max_iters"]
+    return cfg["warmup_iters"] if cfg["warmup_iters"] < decay_end else decay_end // 10
+
+
 def get_lr(it, cfg):
     """Linear warmup, then cosine decay from learning_rate to min_lr at lr_decay_iters (0 = max_iters)."""
     decay_end = cfg["lr_decay_iters"] or cfg["max_iters"]
-    warmup = min(cfg["warmup_iters"], decay_end)  # clipped: a short run still leaves warmup
+    warmup = warmup_steps(cfg)
     if it < warmup:
         return cfg["learning_rate"] * (it + 1) / (warmup + 1)
     if it >= decay_end:
@@ -324,9 +330,9 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
             print(f"resume: {key}: {old!r} -> {new!r}")
         if cfg["resume"]:
             print(f"resuming {ckpt_path} at step {iter_num}")
-        warmup = min(cfg["warmup_iters"], cfg["lr_decay_iters"] or cfg["max_iters"])
-        if warmup < cfg["warmup_iters"]:
-            print(f"note: warmup_iters {cfg['warmup_iters']} is longer than the schedule: warming up for {warmup}")
+        if warmup_steps(cfg) != cfg["warmup_iters"]:
+            print(f"note: warmup_iters {cfg['warmup_iters']} would fill the whole schedule: "
+                  f"warming up for {warmup_steps(cfg)} steps")
         print("settings: " + " ".join(f"{k}={v}" for k, v in cfg.items()))
         print(f"{cfg['value_mode']}: {raw_model.num_params() / 1e6:.2f}M parameters, {device} {dtype}, "
               f"{tokens_per_step:,} tokens/step, {cfg['max_iters']} steps, data {data_dir}")

@@ -1,0 +1,102 @@
+"""Tests for train.py's command line: resume rules, occupied out_dir, settings errors, the schedule."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import prepare
+import train
+from configurator import ConfigError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=8", "--eval_interval=10",
+        "--eval_iters=2", "--log_interval=5", "--warmup_iters=5", "--device=cpu"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    text = "".join(f"KING {i % 7}:\nWhat say you, my lord, of the {i % 13} ships?\n\n" for i in range(300))
+    docs = [text[i:i + 2000] for i in range(0, len(text), 2000)]
+    return prepare.prepare(documents=docs, name="cli_byte", out_root=str(tmp_path_factory.mktemp("data")), quiet=True)
+
+
+def records(out_dir, kind):
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r["kind"] == kind]
+
+
+def test_resume_keeps_the_runs_settings_and_announces_changes(data_dir, tmp_path, capsys):
+    out = str(tmp_path / "run")
+    base = TINY + [f"--dataset={data_dir}", f"--out_dir={out}"]
+    assert train.main(base + ["--learning_rate=5e-3", "--max_iters=20"]) == 0
+    capsys.readouterr()
+    # only --max_iters is given: learning_rate (5e-3, not the default) and the rest come from the checkpoint
+    assert train.main([f"--out_dir={out}", "--resume", "--max_iters=30"]) == 0
+    printed = capsys.readouterr().out
+    assert "resume: max_iters: 20 -> 30" in printed and "learning_rate" not in printed.split("settings:")[0]
+    first, second = records(out, "config")
+    assert first["settings"]["learning_rate"] == 5e-3 and second["settings"]["learning_rate"] == 5e-3
+    assert second["changes"] == {"max_iters": [20, 30]} and second["iter"] == 20
+    assert second["settings"]["dataset"] == data_dir and second["settings"]["n_layer"] == 2
+    steps = [r["iter"] for r in records(out, "train")]
+    assert steps == [5, 10, 15, 20, 25, 30]  # went on from 20, not from 0
+    lrs = {r["iter"]: r["lr"] for r in records(out, "train")}
+    assert lrs[30] == pytest.approx(train.get_lr(29, {**train.DEFAULTS, **second["settings"]}))  # the new schedule
+
+
+def test_resume_with_another_model_shape_says_so(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    train.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=2"])
+    with pytest.raises(ConfigError, match=r"the model differs \(n_layer: checkpoint 2 vs now 3\); a run keeps its "
+                                          r"model shape"):
+        train.main([f"--out_dir={out}", "--resume", "--n_layer=3"])
+
+
+def test_an_occupied_out_dir_is_refused_unless_overwrite(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    args = TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=2"]
+    train.main(args)
+    before = os.path.getmtime(os.path.join(out, "ckpt.pt"))
+    with pytest.raises(ConfigError, match=r"already holds a checkpoint: continue it with --resume, or train into "
+                                          r"another --out_dir"):
+        train.main(args)
+    assert os.path.getmtime(os.path.join(out, "ckpt.pt")) == before  # untouched
+    assert train.main(args + ["--overwrite"]) == 0
+    assert len(records(out, "config")) == 1  # a fresh log for the fresh run
+
+
+def test_schedule_follows_max_iters_and_warmup_is_clipped():
+    cfg = dict(train.DEFAULTS, learning_rate=1.0, min_lr=0.1, warmup_iters=100, lr_decay_iters=0, max_iters=20)
+    lrs = [train.get_lr(it, cfg) for it in range(21)]
+    assert lrs[19] < 0.2 and lrs[20] == pytest.approx(0.1)  # decays to min_lr at max_iters, not at 500
+    assert train.warmup_steps(cfg) == 2 and lrs[2] == pytest.approx(1.0)  # warmup clipped: peak, then decay
+    assert train.get_lr(10, dict(cfg, lr_decay_iters=40)) > train.get_lr(10, cfg)  # explicit setting wins
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "train.py", *args], cwd=HERE, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("arg,message", [
+    ("--device=cuda", "error: --device=cuda: this torch sees no CUDA GPU; use --device=cpu"),
+    ("--device=gpu", "error: --device=gpu: use auto, cpu, cuda, cuda:N or mps"),
+    ("--device=mps", "error: --device=mps: Apple's MPS backend is not available here"),
+    ("--dtype=float16", "error: --dtype=float16 needs a GPU"),
+    ("--dtype=fp8", "error: --dtype=fp8: use auto, float32, bfloat16 or float16"),
+    ("--batch_size=0", "error: --batch_size=0: must be at least 1"),
+    ("--eval_iters=-1", "error: --eval_iters=-1: must be at least 1"),
+    ("--block_size=0", "error: --block_size=0: must be at least 1"),
+    ("--log_interval=0", "error: --log_interval=0: must be at least 1"),
+    ("--n_layer=True", "error: --n_layer=True: n_layer must be int"),
+    ("--max_iters", "error: --max_iters needs a value: write --max_iters=VALUE"),
+])
+def test_setting_mistakes_are_one_line_errors(arg, message, tmp_path):
+    if arg == "--device=cuda" and __import__("torch").cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    if arg == "--device=mps" and __import__("torch").backends.mps.is_available():
+        pytest.skip("this machine has MPS")
+    result = run(arg, f"--out_dir={tmp_path}")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
