@@ -100,3 +100,35 @@ def test_setting_mistakes_are_one_line_errors(arg, message, tmp_path):
     result = run(arg, f"--out_dir={tmp_path}")
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_whole_split_loss_visits_every_token_exactly_once():
+    """Each position 1..N-1 of every shard is predicted once, from windows that do not cross shards."""
+    import numpy as np
+    import torch
+    from contextlib import nullcontext
+
+    class Recorder(torch.nn.Module):  # uniform logits; remembers every input window
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def forward(self, idx, all_logits=False):
+            self.seen += idx.flatten().tolist()
+            return torch.zeros(*idx.shape, 1000), None
+
+    shards = [np.arange(0, 103, dtype=np.uint16), np.arange(500, 537, dtype=np.uint16)]  # 103 and 37 tokens
+    model = Recorder()
+    loss, count = train.full_split_loss(model, shards, block_size=8, batch_size=3, device="cpu",
+                                        autocast=nullcontext())
+    assert count == 102 + 36 and loss == pytest.approx(np.log(1000))
+    assert sorted(model.seen) == list(range(0, 102)) + list(range(500, 536))  # inputs: every token but the last
+    # shared over 2 "ranks": each takes its windows; together they cover the split once
+    seen = []
+    for rank in range(2):
+        part = Recorder()
+        with pytest.MonkeyPatch.context() as mp:  # world > 1 all-reduces: here each rank's own sums
+            mp.setattr(train.dist, "all_reduce", lambda tensor: None)
+            train.full_split_loss(part, shards, 8, 3, "cpu", nullcontext(), rank=rank, world=2)
+        seen += part.seen
+    assert sorted(seen) == sorted(model.seen)
