@@ -13,6 +13,6 @@ min_lr = 2e-4
 max_iters = 800
 lr_decay_iters = 0
 warmup_iters = 50
-eval_interval = 100
+eval_interval = 200
 eval_iters = 20
 log_interval = 50
