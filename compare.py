@@ -289,7 +289,7 @@ def run_grid(grid, jobs, samples):
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     running, t_start, interrupted, failed = [], time.time(), False, []
     n_total = len(todo)
-    while todo or running:
+    while running or (todo and not interrupted):
         while todo and len(running) < jobs and not interrupted:
             key, cfg = todo.pop(0)
             os.makedirs(cfg["out_dir"], exist_ok=True)

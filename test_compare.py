@@ -3,6 +3,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -188,3 +189,31 @@ def test_compare_settings_do_not_shadow_train_settings(tmp_path):
     assert not set(compare.COMPARE_SETTINGS) & set(train.DEFAULTS)
     with pytest.raises(ValueError, match="resume"):
         compare.main([f"--out_dir={tmp_path}", "--resume"])
+
+
+def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tmp_path):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) mid-run: compare exits 130 without
+    hanging, the run leaves a checkpoint, and the same command again resumes that run, not from 0."""
+    import signal
+    out = tmp_path / "cmp"
+    args = [a for a in TINY if not a.startswith(("--max_iters", "--lr_decay_iters", "--eval_interval",
+                                                 "--log_interval"))]
+    args += ["--max_iters=3000", "--eval_interval=1000", "--log_interval=10", f"--dataset={data_dir}",
+             f"--out_dir={out}", "--seeds=1", "--less_data=0", "--modes=vanilla", "--jobs=1"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    process = subprocess.Popen([sys.executable, "compare.py", *args], cwd=here, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log_path = out / "vanilla_seed1337" / "log.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (log_path.is_file() and '"kind": "train"' in log_path.read_text()):
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, output
+    assert "run the same command again" in output
+    stopped_at = train.load_checkpoint(str(out / "vanilla_seed1337" / "ckpt.pt"))["iter_num"]
+    assert 0 < stopped_at < 3000
+    assert compare.main(args) == 0
+    steps = [r["iter"] for r in compare.read_log(out / "vanilla_seed1337") if r["kind"] == "train"]
+    assert steps[-1] == 3000 and steps.count(stopped_at + 10 - stopped_at % 10) == 1  # continued, no restart
+    assert [r["iter"] for r in compare.read_log(out / "vanilla_seed1337") if r["kind"] == "config"] == [0, stopped_at]
