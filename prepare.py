@@ -352,19 +352,26 @@ def remove_folder(path):
     os.rmdir(path)
 
 
-def remove_leftovers(out_dir, keep):
-    """Removes what no reader uses: generation folders other than keep, meta.json.tmp, and the
-    staging folder of older prepare.py versions. Returns what it removed."""
-    removed = []
+def named_entries(meta):
+    """What meta.json names in its directory: a generation folder (or an older version's shards)."""
+    return {shard["file"].split("/")[0] for shard in meta["shards"]}
+
+
+def remove_leftovers(out_dir, name, keep):
+    """Removes what no reader uses: generation folders and older versions' shards (<name>_train_
+    000000.bin, ...) that are not in keep, meta.json.tmp, older versions' staging folder. Returns
+    what it removed. keep=None means no meta.json: shards outside generation folders may then be
+    llm.c's, copied in by hand, and stay."""
+    removed, older = [], re.compile(re.escape(name) + r"_(train|val)_\d{6}\.bin")
     if os.path.isdir(out_dir + ".partial"):
         shutil.rmtree(out_dir + ".partial")
         removed.append(out_dir + ".partial/")
-    for entry in sorted(os.listdir(out_dir)):
+    for entry in sorted(set(os.listdir(out_dir)) - (keep or set())):
         path = os.path.join(out_dir, entry)
-        if GENERATION.fullmatch(entry) and entry != keep and os.path.isdir(path):
+        if GENERATION.fullmatch(entry) and os.path.isdir(path):
             remove_folder(path)
             removed.append(entry + "/")
-        elif entry == "meta.json.tmp":
+        elif entry == "meta.json.tmp" or (keep is not None and older.fullmatch(entry)):
             os.remove(path)
             removed.append(entry)
     return removed
@@ -429,7 +436,7 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
     try:
         old = current_meta(out_dir)
         generation = old.get("generation", 0) + 1 if old else 1
-        removed = remove_leftovers(out_dir, keep=f"gen-{generation - 1}")
+        removed = remove_leftovers(out_dir, name, keep=named_entries(old) if old else None)
         if removed:
             print(f"removed what an interrupted run left in {out_dir}: {', '.join(removed)}",
                   file=sys.stderr)
@@ -454,10 +461,7 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
             raise
         os.replace(meta_tmp, os.path.join(out_dir, "meta.json"))  # the switch
         sync_dir(out_dir)
-        remove_leftovers(out_dir, keep=folder)  # the old set
-        for shard in old["shards"] if old else []:  # older versions put shards in out_dir itself
-            if "/" not in shard["file"] and os.path.exists(os.path.join(out_dir, shard["file"])):
-                os.remove(os.path.join(out_dir, shard["file"]))
+        remove_leftovers(out_dir, name, keep={folder})  # the old set
     finally:
         lock.close()
     return out_dir
@@ -471,21 +475,23 @@ def write_shards(pieces, tok, workers, out_dir, folder, name, shard_size, val_fr
                for s in ("train", "val")}
     flags = val_flags(val_fraction, seed)  # whole pieces (documents, parts of a file) go to val
     progress, documents_seen, val_seen, held = Progress(quiet), 0, 0, None
-    for ids, nbytes, starts in tokenize(pieces, tok, workers):
-        documents_seen += starts
-        progress.update(nbytes, len(ids))
-        if val_tokens:  # val is the first val_tokens tokens, cutting the document that crosses over
-            k = max(0, min(len(ids), val_tokens - val_seen))
-        else:
-            k = len(ids) if next(flags) else 0
-        val_seen += k
-        for split, part in (("val", ids[:k]), ("train", ids[k:])):
-            # hold the latest part back: if a split would end up empty, it gets this one
-            if len(part):
-                if held is not None:
-                    writers[held[0]].add(held[1])
-                held = (split, part)
-    progress.update(0, 0, final=True)
+    try:
+        for ids, nbytes, starts in tokenize(pieces, tok, workers):
+            documents_seen += starts
+            progress.update(nbytes, len(ids))
+            if val_tokens:  # val is the first val_tokens tokens, cutting the document that crosses
+                k = max(0, min(len(ids), val_tokens - val_seen))
+            else:
+                k = len(ids) if next(flags) else 0
+            val_seen += k
+            for split, part in (("val", ids[:k]), ("train", ids[k:])):
+                # hold the latest part back: if a split would end up empty, it gets this one
+                if len(part):
+                    if held is not None:
+                        writers[held[0]].add(held[1])
+                    held = (split, part)
+    finally:  # end the progress line, also when an error or Ctrl-C follows it
+        progress.update(0, 0, final=True)
     if held is None:
         raise DataError(f"no text in {source}: the input is empty")
     split, ids = held
