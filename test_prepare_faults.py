@@ -46,7 +46,8 @@ def only_the_named_set(data_dir):
     named = {s["file"] for s in shards.load_meta(data_dir)["shards"]}
     named |= {os.path.dirname(f) for f in named} - {""}  # and their folder
     found = {p.relative_to(data_dir).as_posix() for p in Path(data_dir).rglob("*")}
-    return found == named | {"meta.json", "prepare.lock"} and not os.path.exists(f"{data_dir}.partial")
+    return (found == named | {"meta.json", "prepare.lock"}
+            and not os.path.exists(f"{data_dir}.partial"))
 
 
 def make(root, docs):
@@ -147,8 +148,8 @@ def write_book(path, seed, size=3_000_000):
 def state(data_dir):
     """What is on disk, in a few words (for the failure message)."""
     entries = sorted(os.listdir(data_dir))
-    return ", ".join(f"{e}/ ({len(os.listdir(data_dir / e))} files)" if (data_dir / e).is_dir() else e
-                     for e in entries)
+    return ", ".join(f"{e}/ ({len(os.listdir(data_dir / e))} files)" if (data_dir / e).is_dir()
+                     else e for e in entries)
 
 
 def kill_when(root, moment):
@@ -179,13 +180,12 @@ def kill_when(root, moment):
 
 def test_sigkill_while_re_preparing(tmp_path):
     pristine, reference = tmp_path / "pristine", tmp_path / "reference"
-    for root, seed in ((pristine, 1), (reference, 2)):
+    for root, text in ((pristine, "old.txt"), (reference, "new.txt")):
         root.mkdir()
-        write_book(root / "new.txt", seed=2)
         write_book(root / "old.txt", seed=1)
-        text = root / ("old.txt" if root == pristine else "new.txt")
-        prepare.prepare(input=str(text), name="book", out_root=root, shard_size=100_000, workers=1,
-                        quiet=True)
+        write_book(root / "new.txt", seed=2)  # what the killed runs prepare
+        prepare.prepare(input=str(root / text), name="book", out_root=root, shard_size=100_000,
+                        workers=1, quiet=True)
     old, new = load(pristine / "book"), load(reference / "book")
     assert not same(old, new) and len(shards.list_shards(reference / "book", "train")) > 20
     seen = []
@@ -196,7 +196,8 @@ def test_sigkill_while_re_preparing(tmp_path):
         reached, code = kill_when(root, moment)
         got = load(root / "book")
         what = "new" if same(got, new) else "old" if same(got, old) else "NEITHER"
-        seen.append(f"{moment}: {'killed' if reached else f'exit {code}'}, {what}: {state(root / 'book')}")
+        ending = "killed" if reached else f"exit {code}"
+        seen.append(f"{moment}: {ending}, {what}: {state(root / 'book')}")
         assert what != "NEITHER", seen[-1]
         prepare.prepare(input=str(root / "new.txt"), name="book", out_root=root, shard_size=100_000,
                         workers=1, quiet=True)  # the next run cleans up and completes
