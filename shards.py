@@ -1,10 +1,15 @@
 """
 The token data every script shares: the shard format, its validated reader, and the tokenizers.
 
-A dataset is a directory data/<name>/ holding meta.json (tokenizer, vocab size, the shards and
-their sha256) and shards in llm.c's layout: a header of 256 little-endian int32 ([0] = magic
-20240520, [1] = version, [2] = token count), then the tokens as uint16 (version 1, llm.c's) or
-uint32 (version 2, for vocabularies over 65,536). prepare.py writes datasets; train.py, sample.py,
+A dataset is a directory data/<name>/ holding meta.json (tokenizer, vocab size, and the shards
+with their size and sha256) and the shards it names, in a folder per preparation (gen-1/, gen-2/,
+...: replacing meta.json switches readers from one complete set to the next in one step). Only
+what meta.json names is read. A directory without meta.json holds llm.c / modded-nanogpt FineWeb
+shards copied in by hand: its *_train_*.bin and *_val_*.bin, GPT-2 tokens.
+
+A shard is in llm.c's layout: a header of 256 little-endian int32 ([0] = magic 20240520,
+[1] = version, [2] = token count), then the tokens as uint16 (version 1, llm.c's) or uint32
+(version 2, for vocabularies over 65,536). prepare.py writes datasets; train.py, sample.py,
 compare.py and bench.py read them through this module.
 """
 import glob
@@ -175,11 +180,54 @@ def _prepare_hint(data_dir):
     return "python prepare.py --help"
 
 
+def dataset_dir(name):
+    """The directory of train.py's --dataset: a name means data/<name>; a path (with a /) itself."""
+    if os.sep in name or (os.altsep and os.altsep in name):
+        return name
+    return os.path.join(DATA_ROOT, name)
+
+
+def prepared_datasets(root):
+    """Names of the datasets prepared under root (the directories holding a meta.json)."""
+    if not os.path.isdir(root):
+        return []
+    return sorted(d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "meta.json")))
+
+
+def _no_data(data_dir, problem):
+    """The one-line error for a dataset that isn't there: how to make it, and what there is."""
+    root = os.path.dirname(os.path.normpath(data_dir)) or "."
+    names = prepared_datasets(root)
+    have = (f"prepared in {root}/: {', '.join(names)}; pick one with --dataset=NAME" if names
+            else f"nothing is prepared in {root}/ yet")
+    return DataError(f"{problem}: run {_prepare_hint(data_dir)} ({have})")
+
+
 def list_shards(data_dir, split):
-    """Sorted shard paths of one split ("train" or "val")."""
-    paths = sorted(glob.glob(os.path.join(data_dir, f"*_{split}_*.bin")))
+    """Paths of one split's shards ("train" or "val"), in order: those meta.json names, each
+    checked against its recorded size; without meta.json, every *_<split>_*.bin (llm.c's)."""
+    if not os.path.exists(os.path.join(data_dir, "meta.json")):
+        paths = sorted(glob.glob(os.path.join(data_dir, f"*_{split}_*.bin")))
+        if not paths:
+            raise _no_data(data_dir, f"no {split} shards in {data_dir}")
+        return paths
+    meta, paths = load_meta(data_dir), []
+    for shard in meta["shards"]:
+        if shard["split"] != split:
+            continue
+        path = os.path.join(data_dir, *shard["file"].split("/"))
+        # older prepare.py versions recorded no size: the token count and dtype give it
+        itemsize = np.dtype(meta["dtype"]).itemsize
+        expected = shard.get("bytes") or HEADER_INTS * 4 + shard["tokens"] * itemsize
+        if not os.path.exists(path):
+            raise DataError(f"{path} is missing, though {data_dir}/meta.json names it: "
+                            f"run {_prepare_hint(data_dir)} again")
+        if os.path.getsize(path) != expected:
+            raise DataError(f"{path} has {os.path.getsize(path):,} bytes, not the {expected:,} "
+                            f"meta.json records (damaged?): run {_prepare_hint(data_dir)} again")
+        paths.append(path)
     if not paths:
-        raise DataError(f"no {split} shards in {data_dir}: run {_prepare_hint(data_dir)}")
+        raise _no_data(data_dir, f"{data_dir}/meta.json names no {split} shards")
     return paths
 
 
@@ -191,6 +239,9 @@ def load_meta(data_dir):
     try:
         with open(path) as f:
             meta = json.load(f)
-        return meta | {"vocab_size": int(meta["vocab_size"]), "eot": int(meta["eot"])}
+        named = [s | {"file": str(s["file"]), "split": str(s["split"]), "tokens": int(s["tokens"])}
+                 for s in meta["shards"]]
+        return meta | {"vocab_size": int(meta["vocab_size"]), "eot": int(meta["eot"]),
+                       "shards": named}
     except (ValueError, KeyError, TypeError) as e:
         raise DataError(f"{path}: unreadable meta.json ({e}): re-run prepare.py") from None

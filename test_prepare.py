@@ -2,6 +2,7 @@
 import hashlib
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -89,9 +90,13 @@ def test_header_and_meta(tmp_path):
     assert (meta["tokenizer"], meta["vocab_size"], meta["eot"], meta["documents"]) == ("byte", 257, 256, 30)
     assert meta["train_tokens"] + meta["val_tokens"] == sum(len(d) for d in docs) + len(docs)  # + one EOT each
     assert meta["source"] and meta["created"].startswith("20")
-    assert [s["file"] for s in meta["shards"]] == ["mini_byte_train_000000.bin", "mini_byte_val_000000.bin"]
+    assert [s["file"] for s in meta["shards"]] == ["gen-1/mini_byte_train_000000.bin",
+                                                   "gen-1/mini_byte_val_000000.bin"]
+    assert meta["generation"] == 1
+    assert sorted(os.listdir(out)) == ["gen-1", "meta.json", "prepare.lock"]
     for s in meta["shards"]:
         raw = (tmp_path / "mini_byte" / s["file"]).read_bytes()
+        assert len(raw) == s["bytes"]
         header = np.frombuffer(raw[:1024], dtype="<i4")
         assert list(header[:3]) == [20240520, 1, s["tokens"]] and not header[3:].any()
         assert len(raw) == 1024 + 2 * s["tokens"]
@@ -235,14 +240,27 @@ def test_tinyshakespeare_offline_error(tmp_path, monkeypatch):
 
 def test_fineweb_stand_in(tmp_path, gpt2, monkeypatch):
     docs = [f"Lesson {i}: photosynthesis turns light into chemical energy. " * (1 + i % 5) for i in range(200)]
-    out = prepare.prepare(dataset="fineweb_edu", tokenizer="gpt2", documents=iter(docs), shard_size=2000,
-                          out_root=tmp_path, workers=2, quiet=True)
+    stream = np.concatenate([[50256] + gpt2.encode(d) for d in docs])  # every document, EOT first
+    monkeypatch.setattr(prepare, "FINEWEB_VAL_TOKENS", 1501)  # FineWeb's default val size, smaller
+    out = prepare.prepare(dataset="fineweb_edu", tokenizer="gpt2", documents=iter(docs),
+                          shard_size=1000, out_root=tmp_path, workers=2, quiet=True)
     assert out == str(tmp_path / "fineweb_edu_gpt2")
     paths = shards.list_shards(out, "train")
     assert len(paths) > 3 and paths[0].endswith("fineweb_edu_gpt2_train_000000.bin")
-    assert all(len(shards.read_shard(p, 50257)) == 2000 for p in paths[:-1])
-    total = len(read_split(out, "train", 50257)) + len(read_split(out, "val", 50257))
-    assert total == sum(len(gpt2.encode(d)) + 1 for d in docs)
+    assert all(len(shards.read_shard(p, 50257)) == 1000 for p in paths[:-1])
+    train, val = read_split(out, "train", 50257), read_split(out, "val", 50257)
+    # val is the first 1501 tokens (cutting a document), train the rest, as llm.c's first shard
+    assert len(val) == 1501 and list(np.concatenate([val, train])) == list(stream)
+    assert shards.load_meta(out)["val_first_tokens"] == 1501
+    # an explicit --val_tokens wins; 0 means val_fraction, whole documents
+    out = prepare.prepare(dataset="fineweb_edu", tokenizer="gpt2", documents=iter(docs),
+                          val_tokens=500, name="v500", out_root=tmp_path, workers=1, quiet=True)
+    assert list(read_split(out, "val", 50257)) == list(stream[:500])
+    out = prepare.prepare(dataset="fineweb_edu", tokenizer="gpt2", documents=iter(docs),
+                          val_tokens=0, name="v0", out_root=tmp_path, workers=1, quiet=True)
+    assert len(split_docs(read_split(out, "val", 50257), 50256)) == 20  # 10% of the documents
+    with pytest.raises(DataError, match="val_tokens=-1"):
+        prepare.prepare(dataset="d", documents=docs, val_tokens=-1, out_root=tmp_path, quiet=True)
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
     with pytest.raises(DataError, match="pip install datasets"):
         prepare.prepare(dataset="fineweb_edu", out_root=tmp_path, quiet=True)
@@ -281,7 +299,8 @@ def test_interrupted_run_leaves_no_valid_shard(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         prepare.prepare(dataset="d", documents=docs(), shard_size=100, out_root=tmp_path, workers=1, quiet=True)
     assert sorted(os.listdir(first)) == before and len(read_split(first, "train", 257)) > 0  # old run untouched
-    assert sorted(p.name for p in tmp_path.rglob("*.bin")) == sorted(b for b in before if b.endswith(".bin"))
+    left = sorted(p.name for p in tmp_path.rglob("*.bin"))
+    assert left == ["d_byte_train_000000.bin", "d_byte_val_000000.bin"]  # the earlier run's only
     # a shard interrupted while being written: no file under its name, no leftover temp file
     def crash(fd):
         raise KeyboardInterrupt
@@ -292,15 +311,142 @@ def test_interrupted_run_leaves_no_valid_shard(tmp_path, monkeypatch):
     assert not path.exists() and not Path(str(path) + ".tmp").exists()
 
 
-def test_cli(tmp_path):
-    def run(*args):
-        return subprocess.run([sys.executable, "prepare.py", *args], cwd=Path(__file__).parent,
-                              capture_output=True, text=True, timeout=60)
-    for bad in (["--bogus=1"], ["--val_fraction=abc"], ["--val_fraction=2", f"--out_root={tmp_path}"]):
-        r = run(*bad)
-        assert r.returncode != 0 and r.stderr.startswith("error:") and len(r.stderr.strip().splitlines()) == 1
-        assert "Traceback" not in r.stderr
-    (tmp_path / "poems.txt").write_text("Shall I compare thee to a summer's day?\n" * 50)
-    r = run(f"--input={tmp_path / 'poems.txt'}", f"--out_root={tmp_path}", "--workers=1")
+HERE = Path(__file__).parent
+
+
+def run_prepare(*args, cwd):
+    return subprocess.run([sys.executable, str(HERE / "prepare.py"), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--bogus=1"], "unknown setting --bogus"),
+    (["--val_fraction=abc"], "val_fraction must be float"),
+    (["--val_fraction=2"], "--val_fraction=2.0: must be between 0 and 1"),
+    (["--input", "poems.txt"], "--input needs a value: write --input=VALUE"),
+    (["poems.txt"], "poems.txt: prepare.py takes only --key=value settings (for your text: --in"),
+    (["--workers=two"], "--workers=two"),
+    (["--val_tokens=1e3"], "--val_tokens=1000.0: must be a whole number"),
+    (["--name=a/b"], "--name=a/b: a name, not a path")])
+def test_cli_errors_are_one_line(tmp_path, args, message):
+    r = run_prepare(*args, cwd=tmp_path)
+    assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
+    assert r.stderr.startswith("error: ") and message in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1
+    assert os.listdir(tmp_path) == []  # nothing written
+
+
+def test_cli_help_lists_every_setting(tmp_path):
+    r = run_prepare("--help", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith(prepare.USAGE)
+    for key, (default, meaning) in prepare.SETTINGS.items():
+        assert f"--{key}={default}" in r.stdout and meaning in r.stdout
+
+
+@pytest.mark.parametrize("args, dataset", [
+    ([], None),  # the default dataset: plain `python train.py`
+    (["--input=poems.txt"], "poems_byte"),
+    (["--input=poems.txt", "--name=x"], "x"),
+    (["--input=poems.txt", "--name=x", "--out_root=elsewhere"], "elsewhere/x")])
+def test_cli_prints_the_train_command(tmp_path, monkeypatch, args, dataset):
+    (tmp_path / "poems.txt").write_text("Shall I compare thee to a summer's day?\n\n" * 50)
+    r = run_prepare(*args, "--workers=1", cwd=tmp_path)  # tmp_path/data/ is the default out_root
     assert r.returncode == 0, r.stderr
-    assert "wrote" in r.stdout and (tmp_path / "poems_byte" / "meta.json").exists()
+    last = r.stdout.strip().splitlines()[-1]
+    assert last == "next: python train.py" + (f" --dataset={dataset}" if dataset else "")
+    # what it prints is what train.py accepts: its --dataset, through shards.dataset_dir, loads
+    monkeypatch.chdir(tmp_path)
+    data_dir = shards.dataset_dir(dataset or "shakespeare_byte")
+    meta = shards.load_meta(data_dir)
+    for split in ("train", "val"):
+        assert len(read_split(data_dir, split, 257)) == meta[f"{split}_tokens"] > 0
+
+
+# ---------------------------------------------------------------- dataset names and the reader
+
+def test_dataset_dir_and_missing_data(tmp_path, monkeypatch):
+    assert shards.dataset_dir("shakespeare_byte") == os.path.join("data", "shakespeare_byte")
+    assert shards.dataset_dir(os.path.join("runs", "x")) == os.path.join("runs", "x")  # a path
+    for name in ("beta", "alpha"):
+        prepare.prepare(dataset="d", name=name, documents=["a", "b"], out_root=tmp_path, workers=1,
+                        quiet=True)
+    (tmp_path / "not_prepared").mkdir()
+    with pytest.raises(DataError) as e:
+        shards.list_shards(tmp_path / "tinyshakespeare_gpt2", "train")
+    message = str(e.value)
+    assert "run python prepare.py --dataset=tinyshakespeare --tokenizer=gpt2" in message
+    assert f"prepared in {tmp_path}/: alpha, beta;" in message and "\n" not in message
+    monkeypatch.chdir(tmp_path / "not_prepared")
+    with pytest.raises(DataError, match=r"python prepare.py \(nothing is prepared in data/ yet\)"):
+        shards.list_shards(shards.dataset_dir("shakespeare_byte"), "val")
+
+
+def test_reader_trusts_only_what_meta_names(tmp_path):
+    docs = [f"doc {i} " * 9 for i in range(20)]
+    out = prepare.prepare(dataset="d", documents=docs, shard_size=50, out_root=tmp_path, workers=1,
+                          quiet=True)
+    named = shards.list_shards(out, "train")
+    assert len(named) > 2 and [str(Path(p).relative_to(out)) for p in named] == \
+        [s["file"] for s in shards.load_meta(out)["shards"] if s["split"] == "train"]
+    # shards no meta.json names (a killed run's, a stray copy) are never read
+    shards.write_shard(os.path.join(out, "d_byte_train_000099.bin"), [1, 2, 3], 257)
+    os.makedirs(os.path.join(out, "gen-9"))
+    shards.write_shard(os.path.join(out, "gen-9", "d_byte_train_000000.bin"), [1, 2, 3], 257)
+    assert shards.list_shards(out, "train") == named
+    # a named shard replaced by another valid shard, or gone: one line naming it
+    shards.write_shard(named[1], [4, 5, 6], 257)
+    three, fifty = f"{1024 + 3 * 2:,}", f"{1024 + 50 * 2:,}"  # header + uint16 tokens
+    with pytest.raises(DataError, match=f"_000001.bin has {three} bytes, not the {fifty} "):
+        shards.list_shards(out, "train")
+    os.remove(named[1])
+    with pytest.raises(DataError, match=r"_000001.bin is missing, though .*meta.json names it"):
+        shards.list_shards(out, "train")
+    # a directory holding only a killed first run's folder has no data (no glob looks inside)
+    os.makedirs(tmp_path / "fresh" / "gen-1")
+    shutil.copy(named[0], tmp_path / "fresh" / "gen-1")
+    with pytest.raises(DataError, match="no train shards in"):
+        shards.list_shards(tmp_path / "fresh", "train")
+
+
+# ---------------------------------------------------------------- splits of plain text
+
+def write_text(path, size, blank_lines=True, seed=0):
+    """~size bytes of verse-like lines, in paragraphs (or without a single blank line)."""
+    rng, parts, n = random.Random(seed), [], 0
+    words = "thou art more lovely and temperate rough winds do shake the darling buds".split()
+    while n < size:
+        lines = [" ".join(rng.choices(words, k=rng.randint(3, 12)))
+                 for _ in range(rng.randint(1, 8))]
+        parts.append("\n".join(lines) + ("\n\n" if blank_lines else "\n"))
+        n += len(parts[-1])
+    path.write_text("".join(parts))
+
+
+@pytest.mark.parametrize("size, blank_lines",
+                         [(200_000, True), (200_000, False), (2_000_000, True)])
+def test_single_file_val_share(tmp_path, size, blank_lines):
+    write_text(tmp_path / "one.txt", size, blank_lines, seed=size)
+    for val_fraction in (0.1, 0.05):
+        out = prepare.prepare(input=str(tmp_path / "one.txt"), name=f"v{val_fraction}",
+                              val_fraction=val_fraction, out_root=tmp_path, workers=1, quiet=True)
+        meta = shards.load_meta(out)
+        total = (tmp_path / "one.txt").stat().st_size + 1  # every byte, and one EOT
+        assert meta["train_tokens"] + meta["val_tokens"] == total
+        share = meta["val_tokens"] / (meta["train_tokens"] + meta["val_tokens"])
+        assert abs(share - val_fraction) < 0.03, (size, val_fraction, share)
+
+
+def test_directory_input_reads_txt_and_md(tmp_path, capsys):
+    (tmp_path / "notes" / "sub").mkdir(parents=True)
+    (tmp_path / "notes" / "a.txt").write_text("alpha\n")
+    (tmp_path / "notes" / "sub" / "b.MD").write_text("# beta\n")
+    (tmp_path / "notes" / "c.json").write_text('{"gamma": 1}')
+    (tmp_path / "notes" / "sub" / "d.png").write_bytes(b"\x89PNG delta")
+    out = prepare.prepare(input=str(tmp_path / "notes"), out_root=tmp_path, workers=1, quiet=True)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes == [f"note: {tmp_path / 'notes'}: reading its 2 *.txt and *.md files, "
+                     f"skipping 2 others (.json, .png)"]
+    tokens = np.concatenate([read_split(out, "train", 257), read_split(out, "val", 257)])
+    text = shards.get_tokenizer("byte").decode(tokens)
+    assert "alpha" in text and "# beta" in text and "gamma" not in text and "delta" not in text
+    assert shards.load_meta(out)["documents"] == 2

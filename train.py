@@ -242,7 +242,7 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
         os.remove(os.path.join(cfg["out_dir"], "log.jsonl"))  # a fresh run starts a fresh log
 
     # ---- data ----
-    data_dir = cfg["dataset"] if os.sep in cfg["dataset"] else os.path.join(shards.DATA_ROOT, cfg["dataset"])
+    data_dir = shards.dataset_dir(cfg["dataset"])
     if cfg["dataset"] == DEFAULTS["dataset"] and not os.path.exists(os.path.join(data_dir, "meta.json")) and master:
         print(f"{data_dir} is not prepared yet: running python prepare.py (once, offline)")
         prepare.prepare()
