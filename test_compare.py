@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+import analysis
 import compare
 import prepare
 import train
@@ -98,22 +99,22 @@ def test_interrupted_run_resumes_from_its_checkpoint(data_dir, tmp_path):
 
 
 def test_paired_statistics_on_known_numbers():
-    s = compare.paired_stats([-0.03, -0.025, -0.02])  # mean -0.025, sd 0.005, t(2) = 4.303
+    s = analysis.paired_stats([-0.03, -0.025, -0.02])  # mean -0.025, sd 0.005, t(2) = 4.303
     assert s["mean"] == pytest.approx(-0.025) and s["wins"] == 3
     half = 4.303 * 0.005 / math.sqrt(3)
     assert s["interval"] == pytest.approx([-0.025 - half, -0.025 + half])
-    assert "beyond noise" in compare.verdict(s)
-    mixed = compare.paired_stats([-0.03, 0.01, -0.01])
-    assert mixed["wins"] == 2 and "not distinguishable" in compare.verdict(mixed)
-    assert compare.paired_stats([0.5])["interval"] is None
-    assert compare.t975(1) == 12.706 and compare.t975(1000) == pytest.approx(1.9623, abs=1e-3)
+    assert "beyond noise" in analysis.verdict(s)
+    mixed = analysis.paired_stats([-0.03, 0.01, -0.01])
+    assert mixed["wins"] == 2 and "not distinguishable" in analysis.verdict(mixed)
+    assert analysis.paired_stats([0.5])["interval"] is None
+    assert analysis.t975(1) == 12.706 and analysis.t975(1000) == pytest.approx(1.9623, abs=1e-3)
 
 
 def test_crossing_interpolates_or_says_never():
     tokens, losses = [0, 100, 200, 300], [5.0, 3.0, 2.0, 1.5]
-    assert compare.crossing(tokens, losses, 2.5) == pytest.approx(150.0)
-    assert compare.crossing(tokens, losses, 2.0) == pytest.approx(200.0)
-    assert compare.crossing(tokens, losses, 1.0) is None  # the curve stays above
+    assert analysis.crossing(tokens, losses, 2.5) == pytest.approx(150.0)
+    assert analysis.crossing(tokens, losses, 2.0) == pytest.approx(200.0)
+    assert analysis.crossing(tokens, losses, 1.0) is None  # the curve stays above
 
 
 def test_hooked_attention_is_what_the_model_attends_with():
@@ -125,7 +126,7 @@ def test_hooked_attention_is_what_the_model_attends_with():
         x = torch.randint(64, (2, 12))
         outputs = []
         hook = model.transformer.h[2].attn.register_forward_hook(lambda m, a, out: outputs.append(out))
-        attention, hidden = compare.internals(model, x)
+        attention, hidden = analysis.internals(model, x)
         model(x)
         hook.remove()
         att = attention[2]
@@ -157,16 +158,16 @@ def test_without_matplotlib_tables_are_still_written(data_dir, tmp_path, capsys,
 def test_attention_entropy_uniform_and_one_key():
     T = 8
     uniform = torch.full((2, 3, T, T), 1.0 / T)  # every query spreads evenly over all T keys
-    assert compare.attention_entropy(uniform) == pytest.approx(math.log(T), abs=1e-6)
+    assert analysis.attention_entropy(uniform) == pytest.approx(math.log(T), abs=1e-6)
     one_key = torch.zeros(2, 3, T, T)
     one_key[..., 0] = 1.0  # every query looks only at key 0
-    assert compare.attention_entropy(one_key) == pytest.approx(0.0, abs=1e-6)
+    assert analysis.attention_entropy(one_key) == pytest.approx(0.0, abs=1e-6)
 
 
 def test_similarity_identical_and_orthogonal_tokens():
     same = torch.randn(1, 1, 16).expand(2, 5, 16)
-    assert compare.token_similarity(same) == pytest.approx(1.0, abs=1e-6)
-    assert compare.token_similarity(torch.eye(4).unsqueeze(0)) == pytest.approx(0.0, abs=1e-6)
+    assert analysis.token_similarity(same) == pytest.approx(1.0, abs=1e-6)
+    assert analysis.token_similarity(torch.eye(4).unsqueeze(0)) == pytest.approx(0.0, abs=1e-6)
 
 
 def test_modes_and_seeds_parsing():
