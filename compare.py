@@ -137,8 +137,9 @@ def command(cfg, run_dir):
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
     if os.path.isfile(ckpt_path):
         try:
-            same = {k: v for k, v in load_checkpoint(ckpt_path)["config"].items() if k != "resume"} == \
-                   {k: v for k, v in cfg.items() if k != "resume"}
+            flags = ("resume", "overwrite")  # how a run was started, not what it is
+            same = {k: v for k, v in load_checkpoint(ckpt_path)["config"].items() if k not in flags} == \
+                   {k: v for k, v in cfg.items() if k not in flags}
         except (ValueError, KeyError):
             same = False
         return args + (["--resume"] if same else ["--overwrite"]), same
