@@ -88,7 +88,7 @@ def test_interrupted_run_resumes_from_its_checkpoint(data_dir, tmp_path):
     # a checkpoint of exactly this run (as Ctrl-C leaves it) is resumed
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
     ckpt = torch.load(ckpt_path, weights_only=False)
-    ckpt["config"] = dict(cfg)
+    ckpt["config"] = dict(cfg, overwrite=True)  # as when a stale run was replaced: still this run
     torch.save(ckpt, ckpt_path)
     args_, resuming = compare.command(cfg, cfg["out_dir"])
     assert resuming and "--resume" in args_
