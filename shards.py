@@ -23,7 +23,8 @@ DATA_ROOT = "data"
 DATASETS = ("shakespeare", "tinyshakespeare", "fineweb_edu")  # the built-in sources of prepare.py
 MAGIC = 20240520          # llm.c's shard magic number
 HEADER_INTS = 256         # header: 256 int32 = 1024 bytes; [0]=magic [1]=version [2]=token count
-VERSIONS = {1: np.dtype("<u2"), 2: np.dtype("<u4")}  # version 1 is llm.c's uint16; 2 is ours for big vocabs
+# version 1 is llm.c's uint16; 2 is ours for big vocabs
+VERSIONS = {1: np.dtype("<u2"), 2: np.dtype("<u4")}
 
 
 class DataError(ValueError):
@@ -92,14 +93,17 @@ def get_tokenizer(name):
     try:
         import tiktoken
     except ImportError:
-        raise DataError(f"tokenizer {name!r} needs tiktoken: pip install tiktoken, or use --tokenizer=byte")
+        raise DataError(f"tokenizer {name!r} needs tiktoken: pip install tiktoken, "
+                        "or use --tokenizer=byte")
     if name not in tiktoken.list_encoding_names():
-        raise DataError(f"unknown tokenizer {name!r}: choose byte or one of {', '.join(tiktoken.list_encoding_names())}")
+        raise DataError(f"unknown tokenizer {name!r}: choose byte or one of "
+                        f"{', '.join(tiktoken.list_encoding_names())}")
     try:
         return TiktokenTokenizer(_tiktoken_encoding(name))
     except Exception as e:
-        raise DataError(f"could not load tiktoken encoding {name!r} ({type(e).__name__}): tiktoken downloads its BPE "
-                        f"files once on first use; connect once, or set TIKTOKEN_CACHE_DIR to a cache copied from "
+        raise DataError(f"could not load tiktoken encoding {name!r} ({type(e).__name__}): "
+                        f"tiktoken downloads its BPE files once on first use; connect once, "
+                        f"or set TIKTOKEN_CACHE_DIR to a cache copied from "
                         f"a machine that has them, or use --tokenizer=byte") from None
 
 
@@ -140,15 +144,19 @@ def read_shard(path, vocab_size=None):
     """Token array of a shard (ours or llm.c's / modded-nanogpt's), memory-mapped and validated."""
     size = os.path.getsize(path)
     if size < HEADER_INTS * 4:
-        raise DataError(f"{path}: {size} bytes is too short for a shard header: delete it and re-run prepare.py")
+        raise DataError(f"{path}: {size} bytes is too short for a shard header: "
+                        "delete it and re-run prepare.py")
     header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
     if header[0] != MAGIC:
-        raise DataError(f"{path}: not a token shard (magic {header[0]}, expected {MAGIC}): delete it and re-run prepare.py")
+        raise DataError(f"{path}: not a token shard (magic {header[0]}, expected {MAGIC}): "
+                        "delete it and re-run prepare.py")
     if int(header[1]) not in VERSIONS:
-        raise DataError(f"{path}: unknown shard version {header[1]} (this reader knows {sorted(VERSIONS)}): re-run prepare.py")
+        raise DataError(f"{path}: unknown shard version {header[1]} "
+                        f"(this reader knows {sorted(VERSIONS)}): re-run prepare.py")
     dtype, n = VERSIONS[int(header[1])], int(header[2])
     if n <= 0:
-        raise DataError(f"{path}: empty shard (header says {n} tokens): delete it and re-run prepare.py")
+        raise DataError(f"{path}: empty shard (header says {n} tokens): "
+                        "delete it and re-run prepare.py")
     if size != HEADER_INTS * 4 + n * dtype.itemsize:
         raise DataError(f"{path}: header says {n:,} tokens but the file has {size:,} bytes, not "
                         f"{HEADER_INTS * 4 + n * dtype.itemsize:,} (truncated?): re-run prepare.py")
@@ -160,19 +168,23 @@ def read_shard(path, vocab_size=None):
         starts = np.linspace(0, max(n - block, 0), num=16, dtype=np.int64)
         top = max(int(tokens[s:s + block].max()) for s in starts)
         if top >= vocab_size:
-            raise DataError(f"{path}: token id {top} >= vocab size {vocab_size}: the shard was made with another "
-                            f"tokenizer; re-run prepare.py with the --tokenizer this model uses")
+            raise DataError(f"{path}: token id {top} >= vocab size {vocab_size}: "
+                            f"the shard was made with another tokenizer; "
+                            f"re-run prepare.py with the --tokenizer this model uses")
     return tokens
 
 
 def _prepare_hint(data_dir):
     """The prepare.py command that makes data_dir, when its name says (<dataset>_<tokenizer>)."""
     base = os.path.basename(os.path.normpath(data_dir))
-    for tok in ("byte", "gpt2", "r50k_base", "p50k_base", "p50k_edit", "cl100k_base", "o200k_base", "o200k_harmony"):
-        if base.endswith("_" + tok) and len(base) > len(tok) + 1:  # tokenizer names contain "_" too: match them whole
+    for tok in ("byte", "gpt2", "r50k_base", "p50k_base", "p50k_edit", "cl100k_base", "o200k_base",
+                "o200k_harmony"):
+        # tokenizer names contain "_" too: match them whole
+        if base.endswith("_" + tok) and len(base) > len(tok) + 1:
             dataset = base[:-len(tok) - 1]
-            args = [] if dataset == "shakespeare" else [f"--dataset={dataset}"] if dataset in DATASETS \
-                else ["--input=<your text>", f"--dataset={dataset}"]
+            args = ([] if dataset == "shakespeare"
+                    else [f"--dataset={dataset}"] if dataset in DATASETS
+                    else ["--input=<your text>", f"--dataset={dataset}"])
             args += [] if tok == "byte" else [f"--tokenizer={tok}"]
             root = os.path.dirname(os.path.normpath(data_dir))
             args += [] if os.path.normpath(root) == DATA_ROOT else [f"--out_root={root}"]
@@ -234,7 +246,8 @@ def list_shards(data_dir, split):
 def load_meta(data_dir):
     path = os.path.join(data_dir, "meta.json")
     if not os.path.exists(path):
-        # no meta.json: llm.c / modded-nanogpt FineWeb shards copied in by hand, which are GPT-2 tokens
+        # no meta.json: llm.c / modded-nanogpt FineWeb shards copied in by hand,
+        # which are GPT-2 tokens
         return {"tokenizer": "gpt2", "vocab_size": 50257, "eot": 50256, "assumed": True}
     try:
         with open(path) as f:

@@ -14,23 +14,27 @@ import prepare
 import train
 from model import GPT, GPTConfig
 
-TINY = ["--n_layer=2", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=4", "--max_iters=2",
-        "--eval_interval=1", "--eval_iters=2", "--log_interval=1", "--warmup_iters=1", "--lr_decay_iters=2",
+TINY = ["--n_layer=2", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=4",
+        "--max_iters=2", "--eval_interval=1", "--eval_iters=2", "--log_interval=1",
+        "--warmup_iters=1", "--lr_decay_iters=2",
         "--analysis_samples=3", "--device=cpu", "--jobs=2"]
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     docs = [f"To be, or not to be, that is question number {i}.\n" * 8 for i in range(20)]
-    return prepare.prepare(documents=docs, name="t", out_root=str(tmp_path_factory.mktemp("data")), workers=1, quiet=True)
+    return prepare.prepare(documents=docs, name="t", out_root=str(tmp_path_factory.mktemp("data")),
+                           workers=1, quiet=True)
 
 
 def test_tiny_comparison_writes_everything(data_dir, tmp_path, capsys):
     out = tmp_path / "cmp"
-    assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=2", "--less_data=0.5",
+    assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}",
+                                "--seeds=2", "--less_data=0.5",
                                 "--modes=vanilla,resformer,svformer,resformer_learnable"]) == 0
     results = json.load(open(out / "results.json"))
-    assert set(results["modes"]) == {"vanilla", "resformer", "svformer", "resformer_learnable", "resformer:max_iters=1"}
+    assert set(results["modes"]) == {"vanilla", "resformer", "svformer", "resformer_learnable",
+                                     "resformer:max_iters=1"}
     for name, r in results["modes"].items():
         for key in ("num_params", "val_loss", "val_loss_mean", "val_loss_std", "tokens", "curves",
                     "kv_cache_bytes_per_token", "tokens_per_sec", "attention_entropy", "similarity",
@@ -45,19 +49,23 @@ def test_tiny_comparison_writes_everything(data_dir, tmp_path, capsys):
             assert p["differences"] == pytest.approx([r["val_loss"][i] - v[i] for i in range(2)])
     m = results["modes"]
     assert m["vanilla"]["tokens"] == [0, 64, 128]  # evals at steps 0, 1, 2 of 4 x 16 tokens
-    assert m["resformer:max_iters=1"]["tokens"] == [0, 64] and m["resformer:max_iters=1"]["total_tokens"] == 64
+    assert (m["resformer:max_iters=1"]["tokens"] == [0, 64]
+            and m["resformer:max_iters=1"]["total_tokens"] == 64)
     assert m["svformer"]["num_params"] < m["vanilla"]["num_params"] == m["resformer"]["num_params"]
-    assert m["svformer"]["kv_cache_bytes_per_token"] * 4 == m["vanilla"]["kv_cache_bytes_per_token"] * 3  # (L+1)/2L
+    assert (m["svformer"]["kv_cache_bytes_per_token"] * 4
+            == m["vanilla"]["kv_cache_bytes_per_token"] * 3)  # (L+1)/2L
     assert len(m["resformer_learnable"]["lambdas"]) == 1  # layer 2's (lambda_1, lambda_2)
     md = (out / "results.md").read_text()
     assert "| vanilla |" in md and "95% interval" in md and "of 2" in md and "In-run crossing" in md
     assert (out / "vanilla_seed1338" / "summary.json").is_file()
-    for png in ("loss.png", "attention_entropy.png", "similarity.png", "lambdas.png", "attention_maps.png"):
+    for png in ("loss.png", "attention_entropy.png", "similarity.png", "lambdas.png",
+                "attention_maps.png"):
         assert (out / png).is_file() == _has_matplotlib()
 
     # the same command again reuses every finished run instead of training it
     capsys.readouterr()
-    compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=2", "--less_data=0.5",
+    compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}",
+                         "--seeds=2", "--less_data=0.5",
                          "--modes=vanilla,resformer,svformer,resformer_learnable"])
     assert capsys.readouterr().out.count("reusing") == 10
     assert "10 of 10 runs reused" in (out / "results.md").read_text()
@@ -67,7 +75,8 @@ def test_a_variant_override_changes_only_that_variant(data_dir, tmp_path):
     out = tmp_path / "cmp"
     compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1", "--less_data=0",
                          "--modes=vanilla,resformer:n_layer=3"])
-    runs = {d: json.load(open(out / d / "summary.json"))["config"] for d in os.listdir(out) if "seed" in d}
+    runs = {d: json.load(open(out / d / "summary.json"))["config"]
+            for d in os.listdir(out) if "seed" in d}
     assert set(runs) == {"vanilla_seed1337", "resformer-n_layer=3_seed1337"}
     vanilla, variant = runs["vanilla_seed1337"], runs["resformer-n_layer=3_seed1337"]
     assert vanilla["n_layer"] == 2 and variant["n_layer"] == 3
@@ -77,13 +86,16 @@ def test_a_variant_override_changes_only_that_variant(data_dir, tmp_path):
 def test_interrupted_run_resumes_from_its_checkpoint(data_dir, tmp_path):
     """A run stopped mid-way (its checkpoint at step 1 of 2) continues from there, not from 0."""
     out = tmp_path / "cmp"
-    args = TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1", "--less_data=0", "--modes=vanilla"]
-    cfg = compare.build_grid(compare.parse_args(compare.SETTINGS, [compare.DEFAULT_PRESET] + args, ""),
+    args = TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1", "--less_data=0",
+                   "--modes=vanilla"]
+    cfg = compare.build_grid(compare.parse_args(compare.SETTINGS,
+                                                [compare.DEFAULT_PRESET] + args, ""),
                              compare.parse_modes("vanilla"), [1337], [("", {})], str(out))[0][1]
-    first_half = subprocess.run(compare.command(dict(cfg, max_iters=1), cfg["out_dir"])[0], capture_output=True,
-                                text=True)
+    first_half = subprocess.run(compare.command(dict(cfg, max_iters=1), cfg["out_dir"])[0],
+                                capture_output=True, text=True)
     assert first_half.returncode == 0, first_half.stderr  # a checkpoint at step 1, with max_iters=1
-    # the same run, but its settings say max_iters=2: the checkpoint is not this run's -> starts afresh
+    # the same run, but its settings say max_iters=2: the checkpoint is not this run's
+    # -> starts afresh
     assert compare.command(cfg, cfg["out_dir"])[1] is False
     # a checkpoint of exactly this run (as Ctrl-C leaves it) is resumed
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
@@ -118,20 +130,23 @@ def test_crossing_interpolates_or_says_never():
 
 
 def test_hooked_attention_is_what_the_model_attends_with():
-    """The weights the analysis hooks compute, applied to the layer's values, give the layer's output."""
+    """The weights the analysis hooks compute, applied to the layer's values,
+    give the layer's output."""
     torch.manual_seed(0)
     for mode in ("vanilla", "resformer", "svformer"):
-        model = GPT(GPTConfig(n_layer=3, n_head=4, n_kv_head=2, n_embd=32, block_size=16, vocab_size=64,
-                              value_mode=mode)).eval()
+        model = GPT(GPTConfig(n_layer=3, n_head=4, n_kv_head=2, n_embd=32, block_size=16,
+                              vocab_size=64, value_mode=mode)).eval()
         x = torch.randint(64, (2, 12))
         outputs = []
-        hook = model.transformer.h[2].attn.register_forward_hook(lambda m, a, out: outputs.append(out))
+        hook = model.transformer.h[2].attn.register_forward_hook(
+            lambda m, a, out: outputs.append(out))
         attention, hidden = analysis.internals(model, x)
         model(x)
         hook.remove()
         att = attention[2]
         assert len(attention) == 3 and att.shape == (2, 4, 12, 12) and len(hidden) == 3
-        assert torch.allclose(att.sum(-1), torch.ones(2, 4, 12), atol=1e-5) and att.triu(1).abs().max() == 0
+        assert (torch.allclose(att.sum(-1), torch.ones(2, 4, 12), atol=1e-5)
+                and att.triu(1).abs().max() == 0)
         out, value = outputs[-1]
         y = att @ value.repeat_interleave(2, dim=1)  # (B, n_head, T, hd)
         y = model.transformer.h[2].attn.c_proj(y.transpose(1, 2).reshape(2, 12, 32))
@@ -149,7 +164,8 @@ def _has_matplotlib():
 def test_without_matplotlib_tables_are_still_written(data_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
     out = tmp_path / "cmp"
-    assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1", "--modes=vanilla"]) == 0
+    assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1",
+                                "--modes=vanilla"]) == 0
     assert (out / "results.md").is_file() and (out / "results.json").is_file()
     assert not (out / "loss.png").exists()
     assert "pip install matplotlib" in capsys.readouterr().out
@@ -171,16 +187,20 @@ def test_similarity_identical_and_orthogonal_tokens():
 
 
 def test_modes_and_seeds_parsing():
-    assert compare.parse_modes("vanilla, resformer_learnable,svformer_kv1:n_layer=8:learning_rate=1e-3") == [
+    assert compare.parse_modes("vanilla, resformer_learnable,"
+                               "svformer_kv1:n_layer=8:learning_rate=1e-3") == [
         ("vanilla", dict(value_mode="vanilla", learnable_lambda=False, n_kv_head=0)),
         ("resformer_learnable", dict(value_mode="resformer", learnable_lambda=True, n_kv_head=0)),
         ("svformer_kv1:n_layer=8:learning_rate=1e-3",
-         dict(value_mode="svformer", learnable_lambda=False, n_kv_head=1, n_layer=8, learning_rate=1e-3))]
-    for bad in ("transformer", "svformer_learnable", "", "resformer:n_layer", "resformer:n_layer=x", "resformer:bogus=1"):
+         dict(value_mode="svformer", learnable_lambda=False, n_kv_head=1, n_layer=8,
+              learning_rate=1e-3))]
+    for bad in ("transformer", "svformer_learnable", "", "resformer:n_layer", "resformer:n_layer=x",
+                "resformer:bogus=1"):
         with pytest.raises(ValueError):
             compare.parse_modes(bad)
     assert compare.parse_seeds("3", 10) == [10, 11, 12]
-    assert compare.parse_seeds("(1, 2, 5)", 10) == [1, 2, 5]  # what the configurator makes of --seeds=1,2,5
+    # what the configurator makes of --seeds=1,2,5
+    assert compare.parse_seeds("(1, 2, 5)", 10) == [1, 2, 5]
     assert compare.parse_seeds("(7,)", 10) == [7]
     with pytest.raises(ValueError):
         compare.parse_seeds("three", 1)
@@ -193,20 +213,24 @@ def test_compare_settings_do_not_shadow_train_settings(tmp_path):
 
 
 def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tmp_path):
-    """Ctrl-C (SIGINT to the process group, as a terminal sends it) mid-run: compare exits 130 without
-    hanging, the run leaves a checkpoint, and the same command again resumes that run, not from 0."""
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) mid-run: compare exits 130
+    without hanging, the run leaves a checkpoint, and the same command again resumes that run,
+    not from 0."""
     import signal
     out = tmp_path / "cmp"
-    args = [a for a in TINY if not a.startswith(("--max_iters", "--lr_decay_iters", "--eval_interval",
-                                                 "--log_interval"))]
-    args += ["--max_iters=3000", "--eval_interval=1000", "--log_interval=10", f"--dataset={data_dir}",
-             f"--out_dir={out}", "--seeds=1", "--less_data=0", "--modes=vanilla", "--jobs=1"]
+    args = [a for a in TINY if not a.startswith(("--max_iters", "--lr_decay_iters",
+                                                 "--eval_interval", "--log_interval"))]
+    args += ["--max_iters=3000", "--eval_interval=1000", "--log_interval=10",
+             f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1", "--less_data=0",
+             "--modes=vanilla", "--jobs=1"]
     here = os.path.dirname(os.path.abspath(__file__))
-    process = subprocess.Popen([sys.executable, "compare.py", *args], cwd=here, start_new_session=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen([sys.executable, "compare.py", *args], cwd=here,
+                               start_new_session=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
     log_path = out / "vanilla_seed1337" / "log.jsonl"
     deadline = time.time() + 120
-    while time.time() < deadline and not (log_path.is_file() and '"kind": "train"' in log_path.read_text()):
+    while time.time() < deadline and not (log_path.is_file()
+                                          and '"kind": "train"' in log_path.read_text()):
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGINT)
     output, _ = process.communicate(timeout=60)
@@ -216,5 +240,7 @@ def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tm
     assert 0 < stopped_at < 3000
     assert compare.main(args) == 0
     steps = [r["iter"] for r in compare.read_log(out / "vanilla_seed1337") if r["kind"] == "train"]
-    assert steps[-1] == 3000 and steps.count(stopped_at + 10 - stopped_at % 10) == 1  # continued, no restart
-    assert [r["iter"] for r in compare.read_log(out / "vanilla_seed1337") if r["kind"] == "config"] == [0, stopped_at]
+    # continued, no restart
+    assert steps[-1] == 3000 and steps.count(stopped_at + 10 - stopped_at % 10) == 1
+    assert [r["iter"] for r in compare.read_log(out / "vanilla_seed1337")
+            if r["kind"] == "config"] == [0, stopped_at]

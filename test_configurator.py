@@ -9,15 +9,18 @@ from configurator import TRAIN_SETTINGS, ConfigError, given_keys, load_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-DEFAULTS = dict(n_layer=6, learning_rate=1e-3, compile=True, value_mode="vanilla", top_k=None, betas=(0.9, 0.95))
+DEFAULTS = dict(n_layer=6, learning_rate=1e-3, compile=True, value_mode="vanilla", top_k=None,
+                betas=(0.9, 0.95))
 
 
 def test_overrides_and_types(tmp_path):
     preset = tmp_path / "p.py"
     preset.write_text("# a preset\nn_layer = 8\nvalue_mode = 'resformer'  # trailing comment\n")
-    cfg = load_config(DEFAULTS, [str(preset), "--learning_rate=3e-4", "--compile=False", "--n_layer=4",
-                                 "--top_k=50", "--value_mode=svformer", "--learning_rate=1"])
-    assert cfg == dict(n_layer=4, learning_rate=1.0, compile=False, value_mode="svformer", top_k=50, betas=(0.9, 0.95))
+    cfg = load_config(DEFAULTS, [str(preset), "--learning_rate=3e-4", "--compile=False",
+                                 "--n_layer=4", "--top_k=50", "--value_mode=svformer",
+                                 "--learning_rate=1"])
+    assert cfg == dict(n_layer=4, learning_rate=1.0, compile=False, value_mode="svformer", top_k=50,
+                       betas=(0.9, 0.95))
     assert isinstance(cfg["learning_rate"], float)
     assert load_config(DEFAULTS, ["--compile"])["compile"] is True
     assert load_config(DEFAULTS, []) == DEFAULTS
@@ -37,8 +40,10 @@ def test_bad_settings_are_clear_errors(argv, message):
 
 
 def test_bad_presets(tmp_path):
-    for text, message in [("import os\n", "only `key = value`"), ("n_layer = os.cpu_count()\n", "must be a literal"),
-                          ("bogus = 1\n", "unknown setting 'bogus'"), ("n_layer = \n", "not a valid preset")]:
+    for text, message in [("import os\n", "only `key = value`"),
+                          ("n_layer = os.cpu_count()\n", "must be a literal"),
+                          ("bogus = 1\n", "unknown setting 'bogus'"),
+                          ("n_layer = \n", "not a valid preset")]:
         preset = tmp_path / "p.py"
         preset.write_text(text)
         with pytest.raises(ConfigError, match=message):
@@ -51,19 +56,23 @@ def test_text_settings_keep_the_text_as_typed():
     assert load_config(DEFAULTS, ["--value_mode=0x10,2"])["value_mode"] == "0x10,2"
 
 
-@pytest.mark.parametrize("script", ["train.py", "sample.py", "compare.py", "bench.py", "prepare.py"])
+@pytest.mark.parametrize("script", ["train.py", "sample.py", "compare.py", "bench.py",
+                                    "prepare.py"])
 def test_help_lists_every_setting_and_exits_0(script):
-    """--help (and -h) print each setting with its default and meaning, from the script's SETTINGS."""
+    """--help (and -h) print each setting with its default and meaning,
+    from the script's SETTINGS."""
     import importlib
     module = importlib.import_module(script[:-3])
     settings = getattr(module, "SETTINGS", None) or TRAIN_SETTINGS
     for flag in ("--help", "-h"):
-        result = subprocess.run([sys.executable, script, flag], cwd=HERE, capture_output=True, text=True, timeout=60)
+        result = subprocess.run([sys.executable, script, flag], cwd=HERE, capture_output=True,
+                                text=True, timeout=60)
         assert result.returncode == 0 and result.stderr == "", result.stderr
         lines = result.stdout.splitlines()
         assert lines[0].startswith("usage: python " + script)
         for key, (default, meaning) in settings.items():
-            assert any(line.split()[:1] == [f"--{key}={default}"] and line.endswith(meaning) for line in lines), key
+            assert any(line.split()[:1] == [f"--{key}={default}"] and line.endswith(meaning)
+                       for line in lines), key
 
 
 def test_key_space_value_is_a_one_line_error_and_bare_flags_are_booleans_only():

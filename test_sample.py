@@ -35,7 +35,8 @@ def make_checkpoint(out_dir, value_mode="vanilla", compiled=False, **overrides):
 def run(out_dir, *args):
     """(stdout, stderr, result) of sample.py with these arguments, in this process (fast)."""
     out, err = io.StringIO(), io.StringIO()
-    result = sample.main([f"--out_dir={out_dir}", "--device=cpu", "--dtype=float32", *args], out, err)
+    result = sample.main([f"--out_dir={out_dir}", "--device=cpu", "--dtype=float32", *args],
+                         out, err)
     return out.getvalue(), err.getvalue(), result
 
 
@@ -43,9 +44,12 @@ def run(out_dir, *args):
 def trained(tmp_path_factory):
     """A real checkpoint from train.train: 2 steps of a tiny model on a tiny prepared dataset."""
     root = tmp_path_factory.mktemp("trained")
-    text = "ROMEO: But soft, what light through yonder window breaks?\nJULIET: Ay me! \u2014 O Romeo.\n" * 20
-    data_dir = prepare.prepare(documents=[text, text.upper()], name="tiny_byte", out_root=str(root), quiet=True, workers=1)
-    cfg = dict(train.DEFAULTS, dataset=data_dir, out_dir=str(root / "out"), device="cpu", dtype="float32",
+    text = ("ROMEO: But soft, what light through yonder window breaks?\n"
+            "JULIET: Ay me! \u2014 O Romeo.\n") * 20
+    data_dir = prepare.prepare(documents=[text, text.upper()], name="tiny_byte", out_root=str(root),
+                               quiet=True, workers=1)
+    cfg = dict(train.DEFAULTS, dataset=data_dir, out_dir=str(root / "out"),
+               device="cpu", dtype="float32",
                n_layer=2, n_embd=32, n_head=2, block_size=16, batch_size=4,
                eval_iters=1, eval_interval=2, max_iters=2, log_interval=1)
     train.train(cfg)
@@ -80,9 +84,12 @@ def test_file_prompt_same_as_inline_and_compiled_prefix(tmp_path):
     out_dir = make_checkpoint(tmp_path / "out", compiled=True)  # _orig_mod. keys load too
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("JULIET:\n", encoding="utf-8")
-    from_file, _, r_file = run(out_dir, f"--start=FILE:{prompt}", "--num_samples=1", "--max_new_tokens=8", "--temperature=0")
-    inline, _, r_inline = run(out_dir, "--start=JULIET:\n", "--num_samples=1", "--max_new_tokens=8", "--temperature=0")
-    assert from_file.startswith("JULIET:\n") and from_file == inline and r_file["tokens"] == r_inline["tokens"]
+    from_file, _, r_file = run(out_dir, f"--start=FILE:{prompt}", "--num_samples=1",
+                               "--max_new_tokens=8", "--temperature=0")
+    inline, _, r_inline = run(out_dir, "--start=JULIET:\n", "--num_samples=1",
+                              "--max_new_tokens=8", "--temperature=0")
+    assert (from_file.startswith("JULIET:\n") and from_file == inline
+            and r_file["tokens"] == r_inline["tokens"])
 
 
 def test_long_prompt_is_cropped_to_block_size(tmp_path):
@@ -92,14 +99,16 @@ def test_long_prompt_is_cropped_to_block_size(tmp_path):
     out, err, result = run(out_dir, f"--start={long_prompt}", *args)
     assert "prompt is 50 tokens, longer than block_size 16: keeping its last 16" in err
     tail, _, tail_result = run(out_dir, f"--start={long_prompt[-16:]}", *args)
-    assert out.startswith(long_prompt[-16:]) and out == tail and result["tokens"] == tail_result["tokens"]
+    assert (out.startswith(long_prompt[-16:]) and out == tail
+            and result["tokens"] == tail_result["tokens"])
 
 
 def test_empty_prompt_starts_from_end_of_text(tmp_path, monkeypatch):
     out_dir = make_checkpoint(tmp_path)
     seen = []
     real = GPT.generate_tokens
-    monkeypatch.setattr(GPT, "generate_tokens", lambda self, idx, *a, **k: seen.append(idx.tolist()) or real(self, idx, *a, **k))
+    monkeypatch.setattr(GPT, "generate_tokens", lambda self, idx, *a, **k:
+                        seen.append(idx.tolist()) or real(self, idx, *a, **k))
     run(out_dir, "--num_samples=1", "--max_new_tokens=2")
     assert seen == [[[BYTE_TOKENIZER["eot"]]]]
 
@@ -119,7 +128,8 @@ def test_svformer_cache_bytes_reported_against_vanilla(tmp_path):
 
 def test_stream_decoder_joins_split_characters():
     decoder = sample.StreamDecoder(shards.get_tokenizer("byte"))
-    pieces = [decoder.push(b) for b in "a\u2014b\u00e9".encode("utf-8")] + [decoder.push(256), decoder.flush()]
+    pieces = ([decoder.push(b) for b in "a\u2014b\u00e9".encode("utf-8")]
+              + [decoder.push(256), decoder.flush()])
     assert "".join(pieces) == "a\u2014b\u00e9" and "\ufffd" not in "".join(pieces)
 
 
@@ -138,7 +148,8 @@ def test_errors(tmp_path):
 
 
 def test_command_line_error_is_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "sample.py", f"--out_dir={tmp_path}"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "sample.py", f"--out_dir={tmp_path}"],
+                          capture_output=True, text=True,
                           cwd=os.path.dirname(os.path.abspath(__file__)))
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("error: no checkpoint at") and done.stderr.count("\n") == 1
@@ -147,6 +158,8 @@ def test_command_line_error_is_one_line(tmp_path):
 def test_learned_lambdas_are_reported(tmp_path):
     out_dir = make_checkpoint(tmp_path, "resformer", learnable_lambda=True, n_layer=3)
     _, err, _ = run(out_dir, "--num_samples=1", "--max_new_tokens=2")
-    assert "learned lambdas (lambda_1 on V_1 / lambda_2 on V_n), layers 2-3: 0.50/0.50, 0.50/0.50" in err
-    _, err, _ = run(make_checkpoint(tmp_path / "fixed", "resformer"), "--num_samples=1", "--max_new_tokens=2")
+    assert ("learned lambdas (lambda_1 on V_1 / lambda_2 on V_n), layers 2-3: "
+            "0.50/0.50, 0.50/0.50" in err)
+    _, err, _ = run(make_checkpoint(tmp_path / "fixed", "resformer"), "--num_samples=1",
+                    "--max_new_tokens=2")
     assert "learned lambdas" not in err

@@ -1,4 +1,5 @@
-"""Tests for train.py's command line: resume rules, occupied out_dir, settings errors, the schedule."""
+"""Tests for train.py's command line: resume rules, occupied out_dir, settings errors,
+the schedule."""
 import json
 import os
 import subprocess
@@ -11,15 +12,18 @@ import train
 from configurator import ConfigError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=8", "--eval_interval=10",
-        "--eval_iters=2", "--log_interval=5", "--warmup_iters=5", "--device=cpu"]
+TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=8",
+        "--eval_interval=10", "--eval_iters=2", "--log_interval=5", "--warmup_iters=5",
+        "--device=cpu"]
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    text = "".join(f"KING {i % 7}:\nWhat say you, my lord, of the {i % 13} ships?\n\n" for i in range(300))
+    text = "".join(f"KING {i % 7}:\nWhat say you, my lord, of the {i % 13} ships?\n\n"
+                   for i in range(300))
     docs = [text[i:i + 2000] for i in range(0, len(text), 2000)]
-    return prepare.prepare(documents=docs, name="cli_byte", out_root=str(tmp_path_factory.mktemp("data")), quiet=True)
+    return prepare.prepare(documents=docs, name="cli_byte",
+                           out_root=str(tmp_path_factory.mktemp("data")), quiet=True)
 
 
 def records(out_dir, kind):
@@ -32,25 +36,29 @@ def test_resume_keeps_the_runs_settings_and_announces_changes(data_dir, tmp_path
     base = TINY + [f"--dataset={data_dir}", f"--out_dir={out}"]
     assert train.main(base + ["--learning_rate=5e-3", "--max_iters=20"]) == 0
     capsys.readouterr()
-    # only --max_iters is given: learning_rate (5e-3, not the default) and the rest come from the checkpoint
+    # only --max_iters is given: learning_rate (5e-3, not the default) and the rest
+    # come from the checkpoint
     assert train.main([f"--out_dir={out}", "--resume", "--max_iters=30"]) == 0
     printed = capsys.readouterr().out
-    assert "resume: max_iters: 20 -> 30" in printed and "learning_rate" not in printed.split("settings:")[0]
+    assert ("resume: max_iters: 20 -> 30" in printed
+            and "learning_rate" not in printed.split("settings:")[0])
     first, second = records(out, "config")
-    assert first["settings"]["learning_rate"] == 5e-3 and second["settings"]["learning_rate"] == 5e-3
+    assert (first["settings"]["learning_rate"] == 5e-3
+            and second["settings"]["learning_rate"] == 5e-3)
     assert second["changes"] == {"max_iters": [20, 30]} and second["iter"] == 20
     assert second["settings"]["dataset"] == data_dir and second["settings"]["n_layer"] == 2
     steps = [r["iter"] for r in records(out, "train")]
     assert steps == [5, 10, 15, 20, 25, 30]  # went on from 20, not from 0
     lrs = {r["iter"]: r["lr"] for r in records(out, "train")}
-    assert lrs[30] == pytest.approx(train.get_lr(29, {**train.DEFAULTS, **second["settings"]}))  # the new schedule
+    # the new schedule
+    assert lrs[30] == pytest.approx(train.get_lr(29, {**train.DEFAULTS, **second["settings"]}))
 
 
 def test_resume_with_another_model_shape_says_so(data_dir, tmp_path):
     out = str(tmp_path / "run")
     train.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=2"])
-    with pytest.raises(ConfigError, match=r"the model differs \(n_layer: checkpoint 2 vs now 3\); a run keeps its "
-                                          r"model shape"):
+    with pytest.raises(ConfigError, match=r"the model differs \(n_layer: checkpoint 2 vs now 3\); "
+                                          r"a run keeps its model shape"):
         train.main([f"--out_dir={out}", "--resume", "--n_layer=3"])
 
 
@@ -59,7 +67,8 @@ def test_an_occupied_out_dir_is_refused_unless_overwrite(data_dir, tmp_path):
     args = TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=2"]
     train.main(args)
     before = os.path.getmtime(os.path.join(out, "ckpt.pt"))
-    with pytest.raises(ConfigError, match=r"already holds a checkpoint: continue it with --resume, or train into "
+    with pytest.raises(ConfigError, match=r"already holds a checkpoint: continue it with "
+                                          r"--resume, or train into "
                                           r"another --out_dir"):
         train.main(args)
     assert os.path.getmtime(os.path.join(out, "ckpt.pt")) == before  # untouched
@@ -68,15 +77,20 @@ def test_an_occupied_out_dir_is_refused_unless_overwrite(data_dir, tmp_path):
 
 
 def test_schedule_follows_max_iters_and_warmup_is_clipped():
-    cfg = dict(train.DEFAULTS, learning_rate=1.0, min_lr=0.1, warmup_iters=100, lr_decay_iters=0, max_iters=20)
+    cfg = dict(train.DEFAULTS, learning_rate=1.0, min_lr=0.1, warmup_iters=100, lr_decay_iters=0,
+               max_iters=20)
     lrs = [train.get_lr(it, cfg) for it in range(21)]
-    assert lrs[19] < 0.2 and lrs[20] == pytest.approx(0.1)  # decays to min_lr at max_iters, not at 500
-    assert train.warmup_steps(cfg) == 2 and lrs[2] == pytest.approx(1.0)  # warmup clipped: peak, then decay
-    assert train.get_lr(10, dict(cfg, lr_decay_iters=40)) > train.get_lr(10, cfg)  # explicit setting wins
+    # decays to min_lr at max_iters, not at 500
+    assert lrs[19] < 0.2 and lrs[20] == pytest.approx(0.1)
+    # warmup clipped: peak, then decay
+    assert train.warmup_steps(cfg) == 2 and lrs[2] == pytest.approx(1.0)
+    # explicit setting wins
+    assert train.get_lr(10, dict(cfg, lr_decay_iters=40)) > train.get_lr(10, cfg)
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "train.py", *args], cwd=HERE, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "train.py", *args], cwd=HERE, capture_output=True,
+                          text=True, timeout=120)
 
 
 @pytest.mark.parametrize("arg,message", [
@@ -103,7 +117,8 @@ def test_setting_mistakes_are_one_line_errors(arg, message, tmp_path):
 
 
 def test_whole_split_loss_visits_every_token_exactly_once():
-    """Each position 1..N-1 of every shard is predicted once, from windows that do not cross shards."""
+    """Each position 1..N-1 of every shard is predicted once, from windows that do not
+    cross shards."""
     import numpy as np
     import torch
     from contextlib import nullcontext
@@ -117,12 +132,14 @@ def test_whole_split_loss_visits_every_token_exactly_once():
             self.seen += idx.flatten().tolist()
             return torch.zeros(*idx.shape, 1000), None
 
-    shards = [np.arange(0, 103, dtype=np.uint16), np.arange(500, 537, dtype=np.uint16)]  # 103 and 37 tokens
+    # 103 and 37 tokens
+    shards = [np.arange(0, 103, dtype=np.uint16), np.arange(500, 537, dtype=np.uint16)]
     model = Recorder()
     loss, count = train.full_split_loss(model, shards, block_size=8, batch_size=3, device="cpu",
                                         autocast=nullcontext())
     assert count == 102 + 36 and loss == pytest.approx(np.log(1000))
-    assert sorted(model.seen) == list(range(0, 102)) + list(range(500, 536))  # inputs: every token but the last
+    # inputs: every token but the last
+    assert sorted(model.seen) == list(range(0, 102)) + list(range(500, 536))
     # shared over 2 "ranks": each takes its windows; together they cover the split once
     seen = []
     for rank in range(2):
