@@ -23,9 +23,9 @@ share comes out close to it), about one in 1/val_fraction. --val_tokens=N instea
 N tokens val. FineWeb-Edu does that by default with N = 100M, like llm.c's first shard: 10% of its
 10B tokens would take 1B tokens from training.
 
-Re-preparing is crash-safe: the new shards go into a new folder (data/<name>/gen-2/ ...), then one
-atomic replace of meta.json, which names the shards, switches readers over; only then do the old
-shards go. A killed run leaves the old dataset usable (or the new one, complete); the next run
+Re-preparing is crash-safe: the new shards get new names (<name>.gen-2_train_000000.bin, ...),
+then one atomic replace of meta.json, which names the shards, switches readers over; only then do
+the old shards go. A killed run leaves the old dataset usable (or the new one, complete); the next run
 removes its leftovers and says so.
 """
 import codecs
@@ -295,10 +295,10 @@ def tokenize(pieces, tok, workers):
 # writing shards
 
 class ShardWriter:
-    """Collects one split's tokens into fixed-size shards <folder>/<name>_<split>_000000.bin, ..."""
+    """Collects one split's tokens into fixed-size shards <name>.<gen>_<split>_000000.bin, ..."""
 
-    def __init__(self, out_dir, folder, name, split, shard_size, vocab_size):
-        self.out_dir, self.folder, self.name, self.split = out_dir, folder, name, split
+    def __init__(self, out_dir, tag, name, split, shard_size, vocab_size):
+        self.out_dir, self.tag, self.name, self.split = out_dir, tag, name, split  # tag: gen-N
         self.vocab_size = vocab_size
         # pages are only touched as it fills
         self.buf = np.empty(shard_size, dtype=shard_dtype(vocab_size))
@@ -314,8 +314,9 @@ class ShardWriter:
 
     def flush(self):
         if self.n:
-            base = f"{self.name}_{self.split}_{len(self.shards):06d}.bin"
-            file, path = f"{self.folder}/{base}", os.path.join(self.out_dir, self.folder, base)
+            # <name>.gen-2_train_000000.bin: the generation keeps a new set apart from the old one
+            file = f"{self.name}.{self.tag}_{self.split}_{len(self.shards):06d}.bin"
+            path = os.path.join(self.out_dir, file)
             sha = write_shard(path, self.buf[:self.n], self.vocab_size)
             self.shards.append({"file": file, "split": self.split, "tokens": self.n,
                                 "bytes": os.path.getsize(path), "sha256": sha})
@@ -341,14 +342,12 @@ class Progress:
 # -----------------------------------------------------------------------------
 # the dataset directory: one complete set of shards at a time
 #
-# out_dir/meta.json names the shards, which sit in a folder per run (gen-1/, gen-2/, ...). A run
-# writes its shards into a new folder, then replaces meta.json: one atomic step, so a reader finds
-# the old complete set or the new one, never a mix or nothing. Then the old folder goes. A run
-# killed before the switch leaves its new folder behind, one killed after it the old folder: the
-# next run removes such leftovers (no reader looks at them, as meta.json does not name them).
-
-GENERATION = re.compile(r"gen-\d+")
-
+# out_dir/meta.json names the shards; each run's carry a generation tag in their names
+# (<name>.gen-1_train_000000.bin, then gen-2, ...). A run writes its new shards, then replaces
+# meta.json: one atomic step, so a reader finds the old complete set or the new one, never a mix or
+# nothing. Then the old shards go. A run killed before the switch leaves its new shards behind,
+# one killed after it the old ones: the next run removes such leftovers (no reader looks at them,
+# as meta.json does not name them).
 
 def lock_dataset(out_dir):
     """Holds out_dir/prepare.lock until closed (the OS drops it if the process dies), so two runs
@@ -374,32 +373,34 @@ def current_meta(out_dir):
         return None
 
 
-def remove_folder(path):
-    for file in os.listdir(path):  # a generation folder holds only files
-        os.remove(os.path.join(path, file))
-    os.rmdir(path)
+def remove_generation(out_dir, name, generation):
+    """Removes one generation's shard files (a run's own, when it fails before the switch)."""
+    for file in os.listdir(out_dir):
+        if file.startswith(f"{name}.{generation}_"):
+            os.remove(os.path.join(out_dir, file))
 
 
 def named_entries(meta):
-    """What meta.json names in its directory: a generation folder (or an older version's shards)."""
-    return {shard["file"].split("/")[0] for shard in meta["shards"]}
+    """The shard files meta.json names in its directory."""
+    return {shard["file"] for shard in meta["shards"]}
 
 
 def remove_leftovers(out_dir, name, keep):
-    """Removes what no reader uses: generation folders and older versions' shards (<name>_train_
-    000000.bin, ...) that are not in keep, meta.json.tmp, older versions' staging folder. Returns
-    what it removed. keep=None means no meta.json: shards outside generation folders may then be
-    llm.c's, copied in by hand, and stay."""
-    removed, older = [], re.compile(re.escape(name) + r"_(train|val)_\d{6}\.bin")
+    """Removes what no reader uses: generation-tagged shards and older versions' shards (<name>_
+    train_000000.bin, ...) that are not in keep, meta.json.tmp, older versions' staging folder.
+    Returns what it removed. keep=None means no meta.json: untagged shards may then be llm.c's,
+    copied in by hand, and stay."""
+    older = re.compile(re.escape(name) + r"_(train|val)_\d{6}\.bin")
+    # a tagged shard, or one a killed write left under its temporary name
+    generation_file = re.compile(re.escape(name) + r"\.gen-\d+_(train|val)_\d{6}\.bin(\.tmp)?")
+    removed = []
     if os.path.isdir(out_dir + ".partial"):
         shutil.rmtree(out_dir + ".partial")
         removed.append(out_dir + ".partial/")
     for entry in sorted(set(os.listdir(out_dir)) - (keep or set())):
         path = os.path.join(out_dir, entry)
-        if GENERATION.fullmatch(entry) and os.path.isdir(path):
-            remove_folder(path)
-            removed.append(entry + "/")
-        elif entry == "meta.json.tmp" or (keep is not None and older.fullmatch(entry)):
+        ours = generation_file.fullmatch(entry) or entry == "meta.json.tmp"
+        if ours or (keep is not None and older.fullmatch(entry)):
             os.remove(path)
             removed.append(entry)
     return removed
@@ -469,38 +470,37 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
         if removed:
             print(f"removed what an interrupted run left in {out_dir}: {', '.join(removed)}",
                   file=sys.stderr)
-        folder = f"gen-{generation}"
+        tag = f"gen-{generation}"
         meta_tmp = os.path.join(out_dir, "meta.json.tmp")
         try:  # error, Ctrl-C or a full disk before the switch: drop the new files, keep the old set
             meta = {"name": name, "dataset": dataset, "source": source, "generation": generation,
                     "val_fraction": val_fraction, "val_first_tokens": val_tokens, "seed": seed}
-            meta |= write_shards(pieces, tok, workers, out_dir, folder, name, shard_size,
+            meta |= write_shards(pieces, tok, workers, out_dir, tag, name, shard_size,
                                  val_fraction, val_tokens, seed, quiet, source)
             with open(meta_tmp, "w") as f:
                 json.dump(meta, f, indent=2)
                 f.flush()
                 os.fsync(f.fileno())
-            sync_dir(os.path.join(out_dir, folder))  # shards on disk before meta.json names them
+            sync_dir(out_dir)  # the shards on disk before meta.json names them
         except BaseException:
             with contextlib.suppress(OSError):
-                if os.path.isdir(os.path.join(out_dir, folder)):
-                    remove_folder(os.path.join(out_dir, folder))
+                remove_generation(out_dir, name, tag)
                 if os.path.exists(meta_tmp):
                     os.remove(meta_tmp)
             raise
         os.replace(meta_tmp, os.path.join(out_dir, "meta.json"))  # the switch
         sync_dir(out_dir)
-        remove_leftovers(out_dir, name, keep={folder})  # the old set
+        remove_leftovers(out_dir, name, keep=named_entries(meta))  # the old set
     finally:
         lock.close()
     return out_dir
 
 
-def write_shards(pieces, tok, workers, out_dir, folder, name, shard_size, val_fraction, val_tokens,
+def write_shards(pieces, tok, workers, out_dir, tag, name, shard_size, val_fraction, val_tokens,
                  seed, quiet, source):
-    """Tokenizes the pieces into out_dir/folder/ (train and val shards); returns meta's part."""
-    os.makedirs(os.path.join(out_dir, folder))
-    writers = {s: ShardWriter(out_dir, folder, name, s, shard_size, tok.vocab_size)
+    """Tokenizes the pieces into out_dir/<name>.<tag>_*.bin (train and val shards); returns
+    meta's part."""
+    writers = {s: ShardWriter(out_dir, tag, name, s, shard_size, tok.vocab_size)
                for s in ("train", "val")}
     flags = val_flags(val_fraction, seed)  # whole pieces (documents, parts of a file) go to val
     progress, documents_seen, val_seen, held = Progress(quiet), 0, 0, None

@@ -2,9 +2,9 @@
 The token data every script shares: the shard format, its validated reader, and the tokenizers.
 
 A dataset is a directory data/<name>/ holding meta.json (tokenizer, vocab size, and the shards
-with their size and sha256) and the shards it names, in a folder per preparation (gen-1/, gen-2/,
-...: replacing meta.json switches readers from one complete set to the next in one step). Only
-what meta.json names is read. A directory without meta.json holds llm.c / modded-nanogpt FineWeb
+with their size and sha256) and the shards it names, tagged per preparation (<name>.gen-1_train_
+000000.bin, then gen-2: replacing meta.json switches readers from one complete set to the next in
+one step). Only what meta.json names is read. A directory without meta.json holds llm.c / modded-nanogpt FineWeb
 shards copied in by hand: its *_train_*.bin and *_val_*.bin, GPT-2 tokens.
 
 A shard is in llm.c's layout: a header of 256 little-endian int32 ([0] = magic 20240520,
@@ -219,7 +219,9 @@ def list_shards(data_dir, split):
     """Paths of one split's shards ("train" or "val"), in order: those meta.json names, each
     checked against its recorded size; without meta.json, every *_<split>_*.bin (llm.c's)."""
     if not os.path.exists(os.path.join(data_dir, "meta.json")):
-        paths = sorted(glob.glob(os.path.join(data_dir, f"*_{split}_*.bin")))
+        # not prepare.py's generation-tagged shards: without meta.json they are a killed run's
+        paths = sorted(p for p in glob.glob(os.path.join(data_dir, f"*_{split}_*.bin"))
+                       if ".gen-" not in os.path.basename(p))
         if not paths:
             raise _no_data(data_dir, f"no {split} shards in {data_dir}")
         return paths

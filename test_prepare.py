@@ -97,10 +97,11 @@ def test_header_and_meta(tmp_path):
     # + one EOT each
     assert meta["train_tokens"] + meta["val_tokens"] == sum(len(d) for d in docs) + len(docs)
     assert meta["source"] and meta["created"].startswith("20")
-    assert [s["file"] for s in meta["shards"]] == ["gen-1/mini_byte_train_000000.bin",
-                                                   "gen-1/mini_byte_val_000000.bin"]
+    assert [s["file"] for s in meta["shards"]] == ["mini_byte.gen-1_train_000000.bin",
+                                                   "mini_byte.gen-1_val_000000.bin"]
     assert meta["generation"] == 1
-    assert sorted(os.listdir(out)) == ["gen-1", "meta.json", "prepare.lock"]
+    assert sorted(os.listdir(out)) == ["meta.json", "mini_byte.gen-1_train_000000.bin",
+                                       "mini_byte.gen-1_val_000000.bin", "prepare.lock"]
     for s in meta["shards"]:
         raw = (tmp_path / "mini_byte" / s["file"]).read_bytes()
         assert len(raw) == s["bytes"]
@@ -268,7 +269,7 @@ def test_fineweb_stand_in(tmp_path, gpt2, monkeypatch):
                           shard_size=1000, out_root=tmp_path, workers=2, quiet=True)
     assert out == str(tmp_path / "fineweb_edu_gpt2")
     paths = shards.list_shards(out, "train")
-    assert len(paths) > 3 and paths[0].endswith("fineweb_edu_gpt2_train_000000.bin")
+    assert len(paths) > 3 and paths[0].endswith("fineweb_edu_gpt2.gen-1_train_000000.bin")
     assert all(len(shards.read_shard(p, 50257)) == 1000 for p in paths[:-1])
     train, val = read_split(out, "train", 50257), read_split(out, "val", 50257)
     # val is the first 1501 tokens (cutting a document), train the rest, as llm.c's first shard
@@ -327,7 +328,8 @@ def test_interrupted_run_leaves_no_valid_shard(tmp_path, monkeypatch):
     # old run untouched
     assert sorted(os.listdir(first)) == before and len(read_split(first, "train", 257)) > 0
     left = sorted(p.name for p in tmp_path.rglob("*.bin"))
-    assert left == ["d_byte_train_000000.bin", "d_byte_val_000000.bin"]  # the earlier run's only
+    # the earlier run's only
+    assert left == ["d_byte.gen-1_train_000000.bin", "d_byte.gen-1_val_000000.bin"]
     # a shard interrupted while being written: no file under its name, no leftover temp file
     def crash(fd):
         raise KeyboardInterrupt
@@ -417,8 +419,7 @@ def test_reader_trusts_only_what_meta_names(tmp_path):
         [s["file"] for s in shards.load_meta(out)["shards"] if s["split"] == "train"]
     # shards no meta.json names (a killed run's, a stray copy) are never read
     shards.write_shard(os.path.join(out, "d_byte_train_000099.bin"), [1, 2, 3], 257)
-    os.makedirs(os.path.join(out, "gen-9"))
-    shards.write_shard(os.path.join(out, "gen-9", "d_byte_train_000000.bin"), [1, 2, 3], 257)
+    shards.write_shard(os.path.join(out, "d_byte.gen-9_train_000000.bin"), [1, 2, 3], 257)
     assert shards.list_shards(out, "train") == named
     # a named shard replaced by another valid shard, or gone: one line naming it
     shards.write_shard(named[1], [4, 5, 6], 257)
@@ -428,9 +429,9 @@ def test_reader_trusts_only_what_meta_names(tmp_path):
     os.remove(named[1])
     with pytest.raises(DataError, match=r"_000001.bin is missing, though .*meta.json names it"):
         shards.list_shards(out, "train")
-    # a directory holding only a killed first run's folder has no data (no glob looks inside)
-    os.makedirs(tmp_path / "fresh" / "gen-1")
-    shutil.copy(named[0], tmp_path / "fresh" / "gen-1")
+    # a directory holding only a killed first run's shards has no data (tagged: never globbed)
+    os.makedirs(tmp_path / "fresh")
+    shutil.copy(named[0], tmp_path / "fresh")
     with pytest.raises(DataError, match="no train shards in"):
         shards.list_shards(tmp_path / "fresh", "train")
 

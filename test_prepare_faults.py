@@ -44,7 +44,6 @@ def same(a, b):
 def only_the_named_set(data_dir):
     """True when data_dir holds meta.json, the lock, and exactly the shards meta.json names."""
     named = {s["file"] for s in shards.load_meta(data_dir)["shards"]}
-    named |= {os.path.dirname(f) for f in named} - {""}  # and their folder
     found = {p.relative_to(data_dir).as_posix() for p in Path(data_dir).rglob("*")}
     return (found == named | {"meta.json", "prepare.lock"}
             and not os.path.exists(f"{data_dir}.partial"))
@@ -56,15 +55,14 @@ def make(root, docs):
 
 
 def to_older_layout(data_dir):
-    """Rewrites a dataset as prepare.py wrote it before generation folders: shards in data_dir
-    itself, no sizes or generation in meta.json, and a staging folder a killed run left."""
+    """Rewrites a dataset as prepare.py wrote it before generation tags: untagged shard names, no
+    sizes or generation in meta.json, and a staging folder a killed run left."""
     meta = json.loads((data_dir / "meta.json").read_text())
     for shard in meta["shards"]:
-        folder, base = shard["file"].split("/")
-        os.replace(data_dir / folder / base, data_dir / base)
+        base = shard["file"].replace(".gen-1_", "_")
+        os.replace(data_dir / shard["file"], data_dir / base)
         shard["file"] = base
         del shard["bytes"]
-    os.rmdir(data_dir / folder)
     del meta["generation"]
     (data_dir / "meta.json").write_text(json.dumps(meta))
     (Path(str(data_dir) + ".partial")).mkdir()
@@ -160,8 +158,8 @@ def kill_when(root, moment):
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0, meta_inode = time.time(), os.stat(root / "book" / "meta.json").st_ino
     conditions = {
-        "new folder started": lambda: (root / "book" / "gen-2").is_dir(),
-        "10 new shards": lambda: len(list((root / "book").glob("gen-2/*.bin"))) >= 10,
+        "new shards started": lambda: len(list((root / "book").glob("*.gen-2_*.bin"))) >= 1,
+        "10 new shards": lambda: len(list((root / "book").glob("*.gen-2_*.bin"))) >= 10,
         "meta.json switched": lambda: os.stat(root / "book" / "meta.json").st_ino != meta_inode,
     }
     reached = False
@@ -189,7 +187,7 @@ def test_sigkill_while_re_preparing(tmp_path):
     old, new = load(pristine / "book"), load(reference / "book")
     assert not same(old, new) and len(shards.list_shards(reference / "book", "train")) > 20
     seen = []
-    for i, moment in enumerate([0.3, 0.6, 0.9, "new folder started", "10 new shards",
+    for i, moment in enumerate([0.3, 0.6, 0.9, "new shards started", "10 new shards",
                                 "meta.json switched"]):
         root = tmp_path / f"kill{i}"
         shutil.copytree(pristine, root)
@@ -217,7 +215,7 @@ def test_ctrl_c_exits_130_and_keeps_the_old_set(tmp_path):
             "--name=book", f"--out_root={tmp_path}", "--shard_size=100000", "--workers=1"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0 = time.time()
-    while not list(tmp_path.glob("book/gen-2/*.bin")) and time.time() - t0 < 30:
+    while not list(tmp_path.glob("book/*.gen-2_*.bin")) and time.time() - t0 < 30:
         time.sleep(0.002)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
@@ -226,4 +224,4 @@ def test_ctrl_c_exits_130_and_keeps_the_old_set(tmp_path):
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert err.splitlines()[-1] == "interrupted: nothing half-written is in use; run it again"
     assert same(load(tmp_path / "book"), old)
-    assert only_the_named_set(tmp_path / "book")  # its half-written folder is gone too
+    assert only_the_named_set(tmp_path / "book")  # its half-written shards are gone too
