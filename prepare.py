@@ -25,8 +25,8 @@ N tokens val. FineWeb-Edu does that by default with N = 100M, like llm.c's first
 
 Re-preparing is crash-safe: the new shards get new names (<name>.gen-2_train_000000.bin, ...),
 then one atomic replace of meta.json, which names the shards, switches readers over; only then do
-the old shards go. A killed run leaves the old dataset usable (or the new one, complete); the next run
-removes its leftovers and says so.
+the old shards go. A killed run leaves the old dataset usable (or the new one, complete); the next
+run removes its leftovers and says so.
 """
 import codecs
 import contextlib

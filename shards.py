@@ -4,8 +4,8 @@ The token data every script shares: the shard format, its validated reader, and 
 A dataset is a directory data/<name>/ holding meta.json (tokenizer, vocab size, and the shards
 with their size and sha256) and the shards it names, tagged per preparation (<name>.gen-1_train_
 000000.bin, then gen-2: replacing meta.json switches readers from one complete set to the next in
-one step). Only what meta.json names is read. A directory without meta.json holds llm.c / modded-nanogpt FineWeb
-shards copied in by hand: its *_train_*.bin and *_val_*.bin, GPT-2 tokens.
+one step). Only what meta.json names is read. A directory without meta.json holds llm.c /
+modded-nanogpt FineWeb shards copied in by hand: its *_train_*.bin and *_val_*.bin, GPT-2 tokens.
 
 A shard is in llm.c's layout: a header of 256 little-endian int32 ([0] = magic 20240520,
 [1] = version, [2] = token count), then the tokens as uint16 (version 1, llm.c's) or uint32
