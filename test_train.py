@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -101,6 +102,7 @@ def test_second_ctrl_c_stops_at_once_and_keeps_the_last_checkpoint(data_dir, tmp
         calls["n"] += 1
         if calls["n"] == 20:  # 4 eval batches at step 0, steps 1-10, 4 at step 10, steps 11 and 12
             os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.1)  # a second Ctrl-C (within a second, two signals count as one)
             os.kill(os.getpid(), signal.SIGINT)
         return real_next(self)
 

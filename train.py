@@ -341,13 +341,16 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
              "tokens_per_step": tokens_per_step})
 
     # Ctrl-C sets a flag; the loop stops at the next step boundary (all ranks at the same one) and
-    # saves there. A second Ctrl-C stops at once, keeping the last checkpoint.
-    stop = {"requested": False}
+    # saves there. A second Ctrl-C stops at once, keeping the last checkpoint. (Under torchrun a
+    # rank gets one Ctrl-C twice, from the terminal and from torchrun: within a second, it is one.)
+    stop = {"requested": False, "at": 0.0}
 
     def on_sigint(signum, frame):
         if stop["requested"]:
+            if time.time() - stop["at"] < 1.0:
+                return
             raise KeyboardInterrupt
-        stop["requested"] = True
+        stop["requested"], stop["at"] = True, time.time()
         if master:
             print("\nCtrl-C: stopping after this step (Ctrl-C again to stop at once)", flush=True)
 
