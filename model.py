@@ -386,11 +386,16 @@ def setup_device(device="auto", dtype="auto"):
     return device, dtype, autocast
 
 
-# Dense bf16 tensor-core peak FLOP/s (vendor datasheets), matched against torch's device name,
-# longest name first. An unknown GPU gets no MFU rather than a wrong one.
-GPU_PEAK_BF16_FLOPS = {"H100 PCIe": 756e12, "H200": 989e12, "H100": 989e12, "GH200": 989e12,
-                       "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
-                       "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
+# Dense bf16 tensor-core peak FLOP/s per GPU, matched against torch's device name longest name
+# first ("H100 NVL" before "H100"). An unknown GPU gets no MFU rather than a wrong one. Hopper:
+# NVIDIA's H100/H200 datasheets give bf16 with sparsity, twice the dense rate: SXM 1,979 (dense
+# 989.4 in the Hopper whitepaper), NVL 1,671 per GPU, H100 PCIe 1,513. The SXM parts report as
+# e.g. "NVIDIA H100 80GB HBM3" and "NVIDIA H200".
+GPU_PEAK_BF16_FLOPS = {
+    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12,
+    "H100": 989.4e12, "H200": 989.4e12, "GH200": 989.4e12,
+    "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
+    "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
 
 
 def gpu_peak_flops(device_name):

@@ -226,7 +226,11 @@ def test_optimizer_groups_and_flops():
 
 
 def test_gpu_peak_lookup_and_mfu():
-    assert gpu_peak_flops("NVIDIA H100 PCIe") == 756e12 and gpu_peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    # torch's names for the Hopper parts: the NVL cards are slower than SXM, despite the substring
+    assert gpu_peak_flops("NVIDIA H100 80GB HBM3") == gpu_peak_flops("NVIDIA H200") == 989.4e12
+    assert gpu_peak_flops("NVIDIA H100 NVL") == gpu_peak_flops("NVIDIA H200 NVL") == 835e12
+    assert gpu_peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert gpu_peak_flops("NVIDIA GH200 480GB") == 989.4e12
     assert gpu_peak_flops("NVIDIA A10G") == 70e12 and gpu_peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
     assert gpu_peak_flops("Some Future GPU") is None
     model = tiny()
