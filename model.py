@@ -19,9 +19,14 @@ from dataclasses import dataclass, fields
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 VALUE_MODES = ("vanilla", "resformer", "svformer")
 CHECKPOINT_FORMAT = "value-residual-gpt/1"  # train.py writes it; from_checkpoint checks it
+# Attention kernels for one-token decode steps. The key length grows every step and cuDNN's
+# attention builds a plan per shape, so choose flash / memory-efficient explicitly; MATH is the
+# fallback every device has (CPU, MPS, older GPUs, and float32 where flash does not apply).
+DECODE_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 @dataclass
@@ -299,7 +304,9 @@ class GPT(nn.Module):
                 kv_cache.length = 0  # (re)fill from the cropped context
                 logits, _ = self(context, kv_cache=kv_cache)
             else:
-                logits, _ = self(next_input, kv_cache=kv_cache)
+                with sdpa_kernel(DECODE_SDPA_BACKENDS):
+                    logits, _ = self(next_input, kv_cache=kv_cache)
+            # nothing here waits for the GPU: cache lengths are Python ints, sampling has no .item()
             next_input = sample_next(logits[:, -1, :].float(), temperature, top_k, top_p)
             tokens[:, end] = next_input[:, 0]
             yield next_input
@@ -412,7 +419,7 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None):
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits / temperature
     if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None and top_p < 1.0:
         sorted_logits, order = torch.sort(logits, descending=True)
@@ -420,4 +427,7 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None):
         drop_sorted = cumulative - sorted_logits.softmax(dim=-1) > top_p  # smallest set reaching top_p
         drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)  # back to vocab order
         logits = logits.masked_fill(drop, float("-inf"))
-    return torch.multinomial(logits.softmax(dim=-1), num_samples=1)
+    # A draw from softmax(logits) without torch.multinomial, which checks its input with a GPU
+    # sync per call: argmax of p_i / E_i with E_i ~ Exp(1) picks i with probability p_i.
+    noise = torch.empty_like(logits).exponential_()
+    return (logits.softmax(dim=-1) / noise).argmax(dim=-1, keepdim=True)
