@@ -4,7 +4,9 @@
 # Schedule of llm.c's GPT-2 124M run: 2**19 = 524,288 tokens per step (32 x 1024 x 16 micro-steps),
 # 19,073 steps = 10B tokens (FineWeb-Edu sample-10BT), peak lr 6e-4 after 700 warmup steps, cosine to
 # 6e-5 (nanoGPT's min_lr), AdamW (0.9, 0.95), weight decay 0.1, clip 1.0.
-# Under torchrun with N GPUs, divide gradient_accumulation_steps by N to keep 524,288 tokens per step.
+# gradient_accumulation_steps is the total over all GPUs (nanoGPT's meaning), so the step stays
+# 524,288 tokens on any number that divides 16: torchrun --standalone --nproc_per_node=8 train.py
+# config/gpt2_124m.py runs 2 micro-steps per GPU.
 out_dir = "out-gpt2"
 dataset = "fineweb_edu_gpt2"
 batch_size = 32
