@@ -19,9 +19,14 @@ from dataclasses import dataclass, fields
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 VALUE_MODES = ("vanilla", "resformer", "svformer")
 CHECKPOINT_FORMAT = "value-residual-gpt/1"  # train.py writes it; from_checkpoint checks it
+# Attention kernels for one-token decode steps. The key length grows every step and cuDNN's
+# attention builds a plan per shape, so choose flash / memory-efficient explicitly; MATH is the
+# fallback every device has (CPU, MPS, older GPUs, and float32 where flash does not apply).
+DECODE_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 @dataclass
@@ -299,7 +304,9 @@ class GPT(nn.Module):
                 kv_cache.length = 0  # (re)fill from the cropped context
                 logits, _ = self(context, kv_cache=kv_cache)
             else:
-                logits, _ = self(next_input, kv_cache=kv_cache)
+                with sdpa_kernel(DECODE_SDPA_BACKENDS):
+                    logits, _ = self(next_input, kv_cache=kv_cache)
+            # nothing here waits for the GPU: cache lengths are Python ints, sampling has no .item()
             next_input = sample_next(logits[:, -1, :].float(), temperature, top_k, top_p)
             tokens[:, end] = next_input[:, 0]
             yield next_input
@@ -386,11 +393,16 @@ def setup_device(device="auto", dtype="auto"):
     return device, dtype, autocast
 
 
-# Dense bf16 tensor-core peak FLOP/s (vendor datasheets), matched against torch's device name,
-# longest name first. An unknown GPU gets no MFU rather than a wrong one.
-GPU_PEAK_BF16_FLOPS = {"H100 PCIe": 756e12, "H200": 989e12, "H100": 989e12, "GH200": 989e12,
-                       "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
-                       "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
+# Dense bf16 tensor-core peak FLOP/s per GPU, matched against torch's device name longest name
+# first ("H100 NVL" before "H100"). An unknown GPU gets no MFU rather than a wrong one. Hopper:
+# NVIDIA's H100/H200 datasheets give bf16 with sparsity, twice the dense rate: SXM 1,979 (dense
+# 989.4 in the Hopper whitepaper), NVL 1,671 per GPU, H100 PCIe 1,513. The SXM parts report as
+# e.g. "NVIDIA H100 80GB HBM3" and "NVIDIA H200".
+GPU_PEAK_BF16_FLOPS = {
+    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12,
+    "H100": 989.4e12, "H200": 989.4e12, "GH200": 989.4e12,
+    "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
+    "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
 
 
 def gpu_peak_flops(device_name):
@@ -407,7 +419,7 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None):
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits / temperature
     if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None and top_p < 1.0:
         sorted_logits, order = torch.sort(logits, descending=True)
@@ -415,4 +427,7 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None):
         drop_sorted = cumulative - sorted_logits.softmax(dim=-1) > top_p  # smallest set reaching top_p
         drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)  # back to vocab order
         logits = logits.masked_fill(drop, float("-inf"))
-    return torch.multinomial(logits.softmax(dim=-1), num_samples=1)
+    # A draw from softmax(logits) without torch.multinomial, which checks its input with a GPU
+    # sync per call: argmax of p_i / E_i with E_i ~ Exp(1) picks i with probability p_i.
+    noise = torch.empty_like(logits).exponential_()
+    return (logits.softmax(dim=-1) / noise).argmax(dim=-1, keepdim=True)

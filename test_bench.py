@@ -23,16 +23,19 @@ def test_tiny_run_writes_every_field(tmp_path, capsys):
 
     train = result["train"]
     assert train["batch_size"] == 2 and train["seq_len"] == 16 and set(train["modes"]) == set(MODES)
+    assert train["accumulation"] == 1  # gradient_accumulation_steps of the quickstart
     for m in train["modes"].values():
-        assert len(m["step_ms"]) == 2 and m["ms_per_step"] > 0 and m["tokens_per_s"] > 0 and m["params"] > 0
+        assert len(m["step_ms"]) == 2 and m["ms_per_step"] > 0 and m["params"] > 0
+        assert m["tokens_per_s"] == pytest.approx(2 * 16 / (m["ms_per_step"] / 1000))
         assert m["mfu"] is None and m["peak_mem_bytes"] is None  # CUDA only
     assert train["modes"]["svformer"]["params"] < train["modes"]["vanilla"]["params"]
 
     decode = result["decode"]
     assert decode["contexts"] == [16, 24] and decode["skipped_contexts"] == [64]  # block_size added, 64 too long
-    assert len(decode["rows"]) == 3 * 2 * 2 and decode["tokens_match"] is True
+    assert len(decode["rows"]) == 3 * 2 * 2 and decode["cache_exact"] is True
     for r in decode["rows"]:
         assert r["prompt_len"] == r["context"] - 4
+        assert r["tokens_match"] and r["fp32_logit_error"] < 1e-4 and r["cache_exact"]
         for key in ("cached_tok_s", "uncached_tok_s", "cached_e2e_tok_s", "uncached_e2e_tok_s", "speedup", "e2e_speedup"):
             assert r[key] > 0
 
@@ -54,9 +57,11 @@ def test_tiny_run_writes_every_field(tmp_path, capsys):
     assert len(ratios["decode_cached_vs_uncached"]) == 12
     assert ratios["cache_svformer_vs_vanilla"] == {"4": 0.75, "2": 0.75, "1": 0.75}
     targets = {t["target"]: t for t in result["targets"]}
-    assert len(targets) == 5
+    assert len(targets) == 6
     assert targets["svformer cache bytes exactly (L+1)/(2L) of vanilla"]["met"] is True
     assert all(t["met"] is None for name, t in targets.items() if "MFU" in name or "1024" in name)  # not measured
+    applies = [t["applies"] for t in result["targets"]]
+    assert applies == [True, True, True, False, True, False]  # on a CPU: not the GPU ones
     printed = capsys.readouterr().out
     assert "training step" in printed and "decoding" in printed and "KV cache" in printed and "targets" in printed
 
@@ -73,6 +78,54 @@ def test_parts_and_modes_select(tmp_path):
     assert json.loads(out.read_text())["cache"]["dtype"] == "bfloat16"
 
 
+def test_accumulation_defaults_to_the_presets_capped_and_multiplies_the_tokens(tmp_path):
+    preset = [os.path.join(HERE, "config", "gpt2_124m.py")]
+    gpt2 = bench.resolve(bench.parse_args(bench.SETTINGS, preset, bench.USAGE))
+    assert gpt2["gradient_accumulation_steps"] == 16 and gpt2["accumulation"] == 4
+    result = bench.main(TINY + ["--parts=train", "--modes=vanilla", "--accumulation=3",
+                                "--json_out="])
+    m = result["train"]["modes"]["vanilla"]
+    assert result["train"]["accumulation"] == 3
+    assert m["tokens_per_s"] == pytest.approx(3 * 2 * 16 / (m["ms_per_step"] / 1000))
+
+
+def test_a_wrong_cache_is_caught_in_float32(monkeypatch):
+    real_store = bench.KVCache.store
+
+    def keys_off_by_one(self, layer, k, v):  # each key one position late
+        keys, values = real_store(self, layer, k, v)
+        return keys.roll(1, dims=2), values
+
+    monkeypatch.setattr(bench.KVCache, "store", keys_off_by_one)
+    result = bench.main(TINY + ["--parts=decode", "--modes=resformer", "--decode_batch_sizes=1",
+                                "--json_out="])
+    assert result["decode"]["cache_exact"] is False
+    assert all(r["fp32_logit_error"] > bench.LOGIT_TOLERANCE for r in result["decode"]["rows"])
+
+
+def fake_result(device, device_name, train_ratio, speedup, mfu):
+    modes = {"vanilla": {"ms_per_step": 100.0, "mfu": mfu},
+             "resformer": {"ms_per_step": 100.0 * train_ratio, "mfu": mfu},
+             "svformer": {"ms_per_step": 100.0 * train_ratio, "mfu": mfu}}
+    rows = [{"mode": "vanilla", "batch": 1, "context": 1024, "speedup": speedup}]
+    return {"device": device, "device_name": device_name, "train": {"modes": modes},
+            "decode": {"rows": rows}, "cache": None}
+
+
+@pytest.mark.parametrize("device,name,met", [
+    # CPU: the step-time targets and >= 5x decoding apply; 7x is enough there
+    ("cpu", "cpu", [False, False, True, None, None, None]),
+    # an H200: >= 10x decoding (7x misses) and the MFU target apply, the CPU targets do not
+    ("cuda:0", "NVIDIA H200", [None, None, None, False, None, True]),
+    # any other GPU: no MFU target
+    ("cuda:0", "NVIDIA A100-SXM4-80GB", [None, None, None, False, None, None]),
+])
+def test_each_target_applies_on_its_own_device(device, name, met):
+    _, targets = bench.ratios_and_targets(fake_result(device, name, 1.05, 7.0, 0.45))
+    assert [t["met"] for t in targets] == met
+    assert [t["applies"] for t in targets][:4] == [device == "cpu"] * 3 + [device != "cpu"]
+
+
 @pytest.mark.parametrize("argv,message", [
     (["no/such/preset.py"], "no preset file"),
     (["--modes=vanilla,transformer"], "modes must be among"),
@@ -82,6 +135,7 @@ def test_parts_and_modes_select(tmp_path):
     (["--seq_len=256"], "exceeds block_size"),
     (["--bias=maybe"], "bias must be bool"),
     (["--compile", "--warmup_steps=0"], "compile needs warmup_steps"),
+    (["--accumulation=-1"], "accumulation must be at least 1"),
     (["--train_step=3"], "unknown setting"),
 ])
 def test_mistakes_are_one_line_errors(argv, message):

@@ -205,6 +205,30 @@ def test_sampling_filters():
     assert {sample_next(logits, top_p=0.6).item() for _ in range(50)} == {1, 3}  # 0.47 + 0.46 > 0.6
 
 
+def test_sampling_draws_from_the_softmax():
+    logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]]).expand(4000, 4)
+    torch.manual_seed(0)
+    counts = torch.bincount(sample_next(logits).flatten(), minlength=4).float() / 4000
+    assert torch.allclose(counts, logits[0].softmax(-1), atol=0.02)  # 3 sigma is about 0.02
+
+
+def test_decoding_never_reads_a_tensor_on_the_host(monkeypatch):
+    """On a GPU any .item() / bool() / multinomial would wait for the device once per token."""
+    model = tiny("svformer").eval()
+
+    def no_host_read(*args, **kw):
+        raise AssertionError("decoding read a tensor on the host (a GPU sync per token)")
+
+    for name in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, no_host_read)
+    monkeypatch.setattr(torch, "multinomial", no_host_read)
+    for kw in (dict(temperature=0), dict(temperature=0.8, top_k=5, top_p=0.9)):
+        for use_cache in (True, False):
+            out = model.generate(tokens(B=2, T=3), 20, use_cache=use_cache, **kw)  # refills past 16
+    monkeypatch.undo()
+    assert out.shape == (2, 23)
+
+
 def test_seeded_sampling_is_deterministic():
     model = tiny("svformer").eval()
     runs = []
@@ -226,7 +250,11 @@ def test_optimizer_groups_and_flops():
 
 
 def test_gpu_peak_lookup_and_mfu():
-    assert gpu_peak_flops("NVIDIA H100 PCIe") == 756e12 and gpu_peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    # torch's names for the Hopper parts: the NVL cards are slower than SXM, despite the substring
+    assert gpu_peak_flops("NVIDIA H100 80GB HBM3") == gpu_peak_flops("NVIDIA H200") == 989.4e12
+    assert gpu_peak_flops("NVIDIA H100 NVL") == gpu_peak_flops("NVIDIA H200 NVL") == 835e12
+    assert gpu_peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert gpu_peak_flops("NVIDIA GH200 480GB") == 989.4e12
     assert gpu_peak_flops("NVIDIA A10G") == 70e12 and gpu_peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
     assert gpu_peak_flops("Some Future GPU") is None
     model = tiny()

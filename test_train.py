@@ -213,4 +213,232 @@ def test_torchrun_two_processes_gloo(data_dir, tmp_path):
     log = read_log(out)
     assert [r["iter"] for r in log if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]  # once, not once per rank
     assert result.stdout.count("step 6: train loss") == 1  # only rank 0 prints
-    assert "256 tokens/step" in result.stdout  # batch 8 x block 16 x 2 micro-steps in all (1 per rank)
+    # gradient_accumulation_steps=2 is the total: 1 micro-step per rank
+    assert "256 tokens/step (8 x 16 x 1 micro-steps x 2 rank(s))" in result.stdout
+
+
+# ---- torchrun (gloo, 2 CPU ranks): resume, Ctrl-C; data edge cases; one run per out_dir ----
+
+def torchrun(*args):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+            *args]
+
+
+def kill_launch(launcher):
+    """SIGKILL torchrun and its ranks (each rank runs in a session of its own, so by pid)."""
+    try:
+        with open(f"/proc/{launcher.pid}/task/{launcher.pid}/children") as f:
+            ranks = [int(pid) for pid in f.read().split()]
+    except OSError:
+        ranks = []
+    for pid in ranks + [launcher.pid]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    launcher.wait()
+
+
+def run_torchrun(*args, timeout=180):
+    """(returncode, stdout, stderr) of a 2-rank torchrun launch; a timeout leaves nothing behind."""
+    launcher = subprocess.Popen(torchrun(*args), cwd=HERE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = launcher.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_launch(launcher)
+        raise
+    return launcher.returncode, stdout, stderr
+
+
+def run_under_torchrun(tmp_path, cfg, name):
+    """train.train(cfg) on 2 gloo ranks; returns the finished process and, per rank, the training
+    batches (x) that rank drew. One run per launch: a second init_process_group in the same
+    processes reuses the first one's store keys and can hang."""
+    script = tmp_path / "ddp_run.py"
+    script.write_text(
+        "import os, sys, torch\n"
+        f"sys.path.insert(0, {HERE!r})\n"
+        "import train\n"
+        "drawn = []\n"
+        "real_next = train.Batches.next\n"
+        "def recording_next(self):  # training batches only: eval windows come from seed 1234\n"
+        "    x, y = real_next(self)\n"
+        "    if self.generator.initial_seed() != 1234:\n"
+        "        drawn.append(x)\n"
+        "    return x, y\n"
+        "train.Batches.next = recording_next\n"
+        "train.train(dict(train.DEFAULTS, **eval(sys.argv[1])))\n"
+        "torch.save(drawn, sys.argv[2] + os.environ['RANK'] + '.pt')\n")
+    returncode, stdout, stderr = run_torchrun(str(script), repr(cfg), str(tmp_path / name))
+    assert returncode == 0, stderr[-3000:]
+    return stdout, [torch.load(tmp_path / f"{name}{r}.pt") for r in range(2)]
+
+
+def train_losses(out_dir):
+    return [(r["iter"], r["loss"]) for r in read_log(out_dir) if r["kind"] == "train"]
+
+
+def test_torchrun_resume_equals_uninterrupted_run(data_dir, tmp_path):
+    """2 ranks stopped at step 8 and resumed to 16 log exactly the losses of 16 straight steps: each
+    rank restores its own data stream and RNG (dropout), so after resuming the ranks still draw
+    different batches, the very ones they drew in the straight run."""
+    straight = tiny_cfg(data_dir, tmp_path / "straight", max_iters=16, lr_decay_iters=16,
+                        eval_interval=8, dropout=0.1, value_mode="resformer",
+                        gradient_accumulation_steps=2)
+    half = dict(straight, out_dir=str(tmp_path / "resumed"), max_iters=8)
+    _, straight_x = run_under_torchrun(tmp_path, straight, "straight")
+    run_under_torchrun(tmp_path, half, "half")
+    resume = dict(half, max_iters=16, resume=True)
+    stdout, resumed_x = run_under_torchrun(tmp_path, resume, "resumed")
+    assert f"resuming {tmp_path / 'resumed' / 'ckpt.pt'} at step 8" in stdout
+    assert train_losses(tmp_path / "resumed") == train_losses(tmp_path / "straight")  # bitwise
+    assert [i for i, _ in train_losses(tmp_path / "resumed")] == list(range(1, 17))
+    assert len(resumed_x[0]) == len(resumed_x[1]) == 8  # 8 steps x 1 micro-step per rank
+    assert not torch.equal(resumed_x[0][0], resumed_x[1][0])  # the ranks' batches differ
+    for r in range(2):  # and each rank continues its own stream where the straight run had it
+        assert all(torch.equal(a, b) for a, b in zip(resumed_x[r], straight_x[r][8:]))
+    a = train.load_checkpoint(str(tmp_path / "straight" / "ckpt.pt"))
+    b = train.load_checkpoint(str(tmp_path / "resumed" / "ckpt.pt"))
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert len(b["rank_states"]) == 2
+
+    # the checkpoint holds 2 ranks' states: resuming it in 1 process is a one-line error
+    one = run_script("train.py", f"--out_dir={tmp_path / 'resumed'}", "--resume", "--max_iters=20")
+    assert one.returncode == 1 and one.stdout == "", one.stderr
+    assert one.stderr.count("\n") == 1 and "written by 2 process(es)" in one.stderr
+    assert "--nproc_per_node" in one.stderr
+
+
+@pytest.fixture(scope="module")
+def sharded_dir(tmp_path_factory):
+    """Train shards of 4,000 bytes (the last shorter) and a val shard: sequential reading."""
+    root = tmp_path_factory.mktemp("sharded")
+    docs = [TEXT[i:i + 2000] for i in range(0, len(TEXT), 2000)]
+    return prepare.prepare(documents=docs, name="sharded_byte", out_root=str(root), quiet=True,
+                           shard_size=4000)
+
+
+def test_torchrun_ctrl_c_stops_every_rank_at_one_step_and_resumes(sharded_dir, tmp_path):
+    """Ctrl-C in a terminal reaches torchrun, which passes SIGINT on to each rank. Both ranks finish
+    the step, agree on where to stop, rank 0 saves both ranks' states, nothing hangs, and
+    --resume under torchrun continues from that step."""
+    out = tmp_path / "out"
+    cfg = tiny_cfg(sharded_dir, out, max_iters=100_000, lr_decay_iters=100_000, eval_interval=50,
+                   dropout=0.1, gradient_accumulation_steps=2)
+    args = [f"--{k}={v}" for k, v in cfg.items() if v != train.DEFAULTS[k]]  # as a command line
+    launcher = subprocess.Popen(torchrun("train.py", *args), cwd=HERE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not ((out / "log.jsonl").exists() and len(train_losses(out)) >= 3):
+            assert launcher.poll() is None and time.time() < deadline, launcher.communicate()
+            time.sleep(0.1)
+        os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl-C does: the terminal's process group
+        stdout, stderr = launcher.communicate(timeout=60)  # torchrun SIGKILLs a hung rank at 30 s
+    finally:
+        if launcher.poll() is None:
+            kill_launch(launcher)
+    assert "forcefully exiting" not in stderr and "Traceback" not in stdout, stderr[-3000:]
+    saved = train.load_checkpoint(str(out / "ckpt.pt"))
+    stop = saved["iter_num"]
+    assert f"interrupted at step {stop}: saved" in stdout
+    assert 3 <= stop < 100_000 and train_losses(out)[-1][0] == stop
+    # both ranks stopped after `stop` steps: each saved data position is exactly that many steps in
+    token_shards = [shards.read_shard(p) for p in shards.list_shards(sharded_dir, "train")]
+    for r in range(2):
+        replay = train.Batches(token_shards, 8, 16, cfg["seed"], rank=r, world=2)
+        for _ in range(stop):  # 1 micro-step per rank per step
+            replay.next()
+        state = saved["rank_states"][r]["data"]
+        assert (state["shard"], state["pos"]) == (replay.shard, replay.pos)
+
+    # --resume under torchrun continues from there, each rank from its own position
+    returncode, stdout, stderr = run_torchrun("train.py", f"--out_dir={out}", "--resume",
+                                              f"--max_iters={stop + 3}")
+    assert returncode == 0, stderr[-3000:]
+    assert f"resuming {out / 'ckpt.pt'} at step {stop}" in stdout
+    assert [i for i, _ in train_losses(out)] == list(range(1, stop + 4))
+    assert train.load_checkpoint(str(out / "ckpt.pt"))["iter_num"] == stop + 3
+
+
+def write_dataset(path, train_lengths, val_length=600):
+    """A byte dataset of shards with the given token counts (tokens from TEXT) and its meta.json."""
+    os.makedirs(path)
+    tokens = torch.tensor(list(TEXT.encode()))
+    for i, n in enumerate(train_lengths):
+        shards.write_shard(os.path.join(path, f"d_train_{i:06d}.bin"), tokens[:n].numpy(), 257)
+    shards.write_shard(os.path.join(path, "d_val_000000.bin"), tokens[-val_length:].numpy(), 257)
+    with open(os.path.join(path, "meta.json"), "w") as f:
+        json.dump({"tokenizer": "byte", "vocab_size": 257, "eot": 256}, f)
+    return str(path)
+
+
+def test_short_last_shard_is_skipped_and_reading_wraps_around(tmp_path, monkeypatch):
+    """Sequential reading needs B*T+1 tokens per rank-step: a last shard of 100 is skipped, and
+    after the two usable shards (2 batches each) reading starts again at shard 0."""
+    data = write_dataset(tmp_path / "d", [300, 300, 100])
+    visited = []
+    real_next = train.Batches.next
+
+    def recording_next(self):
+        batch = real_next(self)
+        if self.sequential:
+            visited.append((self.shard, self.pos))
+        return batch
+
+    monkeypatch.setattr(train.Batches, "next", recording_next)
+    summary = train.train(tiny_cfg(data, tmp_path / "out", max_iters=10, lr_decay_iters=10))
+    assert summary["status"] == "done" and summary["iter"] == 10
+    # (shard, position after the batch): shard 2 is never read
+    assert visited == [(0, 128), (0, 256), (1, 128), (1, 256)] * 2 + [(0, 128), (0, 256)]
+
+
+def test_sequential_ranks_read_disjoint_chunks_and_skip_shards_too_short_for_every_rank():
+    tokens = [torch.arange(n).numpy() for n in (600, 300, 200)]  # 2 ranks x 8 x 16 + 1 = 257 needed
+    ranks = [train.Batches(tokens, 8, 16, seed=0, rank=r, world=2) for r in range(2)]
+    assert ranks[0].sequential and ranks[0].usable == [0, 1]
+    for _ in range(6):
+        (x0, y0), (x1, y1) = (b.next() for b in ranks)
+        assert ranks[0].shard == ranks[1].shard != 2
+        assert x0[0, 0] + 128 == x1[0, 0]  # neighbouring chunks, no overlap
+        assert torch.equal(y0.flatten()[:-1], x0.flatten()[1:])
+    with pytest.raises(shards.DataError, match="every shard is shorter than the 257 tokens"):
+        train.Batches(tokens[2:] * 2, 8, 16, seed=0, rank=1, world=2)
+
+
+def test_every_shard_too_short_is_a_one_line_error(tmp_path):
+    data = write_dataset(tmp_path / "d", [100, 120, 90])
+    result = run_script("train.py", f"--dataset={data}", f"--out_dir={tmp_path / 'out'}",
+                        "--batch_size=8", "--block_size=16", "--n_layer=1", "--n_embd=16",
+                        "--n_head=2", "--device=cpu")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == ("error: every shard is shorter than the 129 tokens one batch needs "
+                             "(batch_size 8 x block_size 16 x 1 ranks)\n")
+
+
+def test_second_run_on_an_out_dir_is_refused_until_the_first_is_gone(data_dir, tmp_path):
+    out = tmp_path / "out"
+    args = ["train.py", f"--dataset={data_dir}", f"--out_dir={out}", "--n_layer=2", "--n_head=2",
+            "--n_embd=32", "--block_size=16", "--batch_size=8", "--max_iters=100000",
+            "--eval_interval=5", "--eval_iters=2", "--log_interval=1000", "--device=cpu"]
+    first = subprocess.Popen([sys.executable, *args], cwd=HERE, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while not (out / "ckpt.pt").exists():  # training, and holding the lock
+            assert first.poll() is None and time.time() < deadline, first.communicate()
+            time.sleep(0.1)
+        second = run_script(*args)
+        assert second.returncode == 1 and second.stdout == ""
+        assert second.stderr == (f"error: {out} is in use by another training run "
+                                 f"(pid {first.pid}): wait for it, stop it, or use another "
+                                 "--out_dir\n")
+    finally:
+        first.kill()  # kill -9: no handler runs, the lock goes with the process
+        first.wait()
+    step = train.load_checkpoint(str(out / "ckpt.pt"))["iter_num"]
+    resumed = run_script("train.py", f"--out_dir={out}", "--resume", f"--max_iters={step + 2}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming {out / 'ckpt.pt'} at step {step}" in resumed.stdout
+    assert train.load_checkpoint(str(out / "ckpt.pt"))["iter_num"] == step + 2

@@ -5,7 +5,10 @@ Train a GPT in any value mode on token shards, on one GPU, a laptop CPU, or seve
     python train.py --value_mode=vanilla              # any setting: --key=value (--help lists them)
     python train.py config/gpt2_124m.py               # a preset, then overrides
     python train.py --resume --max_iters=8000         # continue out_dir/ckpt.pt exactly, then further
-    torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m.py
+    torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m.py   # 8 GPUs, same step
+
+gradient_accumulation_steps counts micro-steps over all ranks (nanoGPT's meaning): under torchrun
+each rank runs its share, so a step has the same tokens on 1 GPU or 8 (the count must divide).
 
 Every log line also goes to out_dir/log.jsonl; checkpoints are written atomically to out_dir/ckpt.pt.
 The settings and their defaults live in configurator.py (TRAIN_SETTINGS).
@@ -335,7 +338,9 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
                   f"warming up for {warmup_steps(cfg)} steps")
         print("settings: " + " ".join(f"{k}={v}" for k, v in cfg.items()))
         print(f"{cfg['value_mode']}: {raw_model.num_params() / 1e6:.2f}M parameters, {device} {dtype}, "
-              f"{tokens_per_step:,} tokens/step, {cfg['max_iters']} steps, data {data_dir}")
+              f"{tokens_per_step:,} tokens/step ({cfg['batch_size']} x {cfg['block_size']} x "
+              f"{accumulation} micro-steps x {world} rank(s)), {cfg['max_iters']} steps, "
+              f"data {data_dir}")
         log({"kind": "config", "iter": iter_num, "settings": cfg, "changes": {k: list(v) for k, v in changes.items()},
              "num_params": raw_model.num_params(), "device": device, "dtype": dtype, "world": world,
              "tokens_per_step": tokens_per_step})
@@ -392,8 +397,9 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
                 states = gathered_states()
                 if master:
                     save(states, iter_num, best_val_loss)
+                    again = f"torchrun --nproc_per_node={world}" if ddp else "python"
                     print(f"interrupted at step {iter_num}: saved {ckpt_path}; continue with "
-                          f"python train.py --out_dir={cfg['out_dir']} --resume")
+                          f"{again} train.py --out_dir={cfg['out_dir']} --resume")
                 break
 
             lr = get_lr(iter_num, cfg)
