@@ -38,19 +38,23 @@ class GPTConfig:
     n_kv_head: int = 0  # key/value heads for grouped-query attention; 0 means n_head
     n_embd: int = 768
     dropout: float = 0.0
-    bias: bool = True  # bias in Linears and LayerNorms, like GPT-2; False is a bit better and faster
+    # bias in Linears and LayerNorms, like GPT-2; False is a bit better and faster
+    bias: bool = True
     value_mode: str = "vanilla"  # "vanilla" | "resformer" | "svformer"
-    learnable_lambda: bool = False  # resformer: per-layer (lambda_1, lambda_2) trained, init 0.5/0.5
+    # resformer: per-layer (lambda_1, lambda_2) trained, init 0.5/0.5
+    learnable_lambda: bool = False
 
     def __post_init__(self):
         if self.value_mode not in VALUE_MODES:
-            raise ValueError(f"value_mode must be one of {', '.join(VALUE_MODES)}, got {self.value_mode!r}")
+            raise ValueError(f"value_mode must be one of {', '.join(VALUE_MODES)}, "
+                             f"got {self.value_mode!r}")
         if self.n_kv_head == 0:
             self.n_kv_head = self.n_head
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.n_kv_head < 1 or self.n_head % self.n_kv_head != 0:
-            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_head})")
+            raise ValueError(f"n_head ({self.n_head}) must be a multiple of "
+                             f"n_kv_head ({self.n_kv_head})")
         if self.learnable_lambda and self.value_mode != "resformer":
             raise ValueError("learnable_lambda only applies to value_mode='resformer'")
 
@@ -60,7 +64,8 @@ class GPTConfig:
 
     @property
     def n_value_tensors(self):
-        """Value tensors a KV cache holds: one per layer, or SVFormer's single V_1 for all layers."""
+        """Value tensors a KV cache holds: one per layer,
+        or SVFormer's single V_1 for all layers."""
         return 1 if self.value_mode == "svformer" else self.n_layer
 
     @classmethod
@@ -71,7 +76,8 @@ class GPTConfig:
 
 
 def kv_cache_bytes(config, batch_size, seq_len, dtype=torch.float32):
-    """Bytes a KVCache for this config needs, by the rule KVCache allocates with (no model needed)."""
+    """Bytes a KVCache for this config needs, by the rule KVCache allocates with
+    (no model needed)."""
     n_tensors = config.n_layer + config.n_value_tensors  # keys for every layer, then the values
     per_tensor = batch_size * config.n_kv_head * seq_len * config.head_dim
     return n_tensors * per_tensor * torch.tensor([], dtype=dtype).element_size()
@@ -87,12 +93,14 @@ class KVCache:
     def __init__(self, config, batch_size, max_len, device, dtype):
         shape = (batch_size, config.n_kv_head, max_len, config.head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_value_tensors)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype)
+                       for _ in range(config.n_value_tensors)]
         self.max_len = max_len
         self.length = 0  # tokens already stored (same for every layer once a forward finishes)
 
     def store(self, layer, k, v):
-        """Write this step's k (and v, unless None) at the current position; return all k, v so far."""
+        """Write this step's k (and v, unless None) at the current position;
+        return all k, v so far."""
         start, end = self.length, self.length + k.size(2)
         self.keys[layer][:, :, start:end] = k
         if v is not None:
@@ -110,7 +118,8 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.layer_idx = layer_idx
         self.value_mode = config.value_mode
-        self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.n_kv_head, config.head_dim
+        self.n_head, self.n_kv_head, self.head_dim = (
+            config.n_head, config.n_kv_head, config.head_dim)
         self.kv_dim = config.n_kv_head * config.head_dim
         # svformer: only the first layer projects values; the others reuse V_1 (fewer parameters)
         self.owns_value = config.value_mode != "svformer" or layer_idx == 0
@@ -128,12 +137,14 @@ class CausalSelfAttention(nn.Module):
                 self.register_buffer("value_lambdas", lambdas)
 
     def project(self, x):
-        """q: (B, n_head, T, hd); k, v: (B, n_kv_head, T, hd); v is None without a value projection."""
+        """q: (B, n_head, T, hd); k, v: (B, n_kv_head, T, hd);
+        v is None without a value projection."""
         B, T, C = x.size()
         parts = self.c_attn(x).split(self.split_sizes, dim=2)
         q = parts[0].view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         k = parts[1].view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
-        v = parts[2].view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2) if self.owns_value else None
+        v = (parts[2].view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+             if self.owns_value else None)
         return q, k, v
 
     def forward(self, x, first_value, kv_cache=None):
@@ -153,7 +164,8 @@ class CausalSelfAttention(nn.Module):
 
         if kv_cache is not None:
             # Values are stored only by layers that own them; svformer's others read layer 1's.
-            k, attended_value = kv_cache.store(self.layer_idx, k, value if self.owns_value else None)
+            k, attended_value = kv_cache.store(self.layer_idx, k,
+                                               value if self.owns_value else None)
         else:
             attended_value = value
         # T == 1 decoding attends to the whole cache, so no mask; otherwise causal.
@@ -208,7 +220,8 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying, as GPT-2
         self.apply(self._init_weights)
-        # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer) so the residual stream stays O(1)
+        # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer)
+        # so the residual stream stays O(1)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
@@ -222,7 +235,8 @@ class GPT(nn.Module):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def num_params(self, non_embedding=True):
-        """Parameters; position embeddings left out by default (the token ones are the tied head)."""
+        """Parameters; position embeddings left out by default
+        (the token ones are the tied head)."""
         n = sum(p.numel() for p in self.parameters())
         return n - self.transformer.wpe.weight.numel() if non_embedding else n
 
@@ -248,20 +262,23 @@ class GPT(nn.Module):
         if start > 0 and T > 1:  # SDPA's causal mask assumes queries and keys start together
             raise ValueError("KVCache: only the first (prefill) step may feed several tokens")
         if start + T > self.config.block_size:
-            raise ValueError(f"sequence of {start + T} tokens exceeds block_size {self.config.block_size}")
+            raise ValueError(f"sequence of {start + T} tokens exceeds "
+                             f"block_size {self.config.block_size}")
         pos = torch.arange(start, start + T, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         first_value = None
         for block in self.transformer.h:
             x, value = block(x, first_value, kv_cache)
             if first_value is None:
-                first_value = value  # V_1, not detached: every layer's gradient reaches layer 1's W_V
+                # V_1, not detached: every layer's gradient reaches layer 1's W_V
+                first_value = value
         if kv_cache is not None:
             kv_cache.length += T
         x = self.transformer.ln_f(x)
         if targets is not None:
             logits = self.lm_head(x)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1),
+                                   ignore_index=-1)
         else:
             logits = self.lm_head(x if all_logits else x[:, -1:, :])
             loss = None
@@ -278,7 +295,8 @@ class GPT(nn.Module):
         if dtype is None:
             on_autocast = torch.is_autocast_enabled(param.device.type)
             dtype = torch.get_autocast_dtype(param.device.type) if on_autocast else param.dtype
-        return KVCache(self.config, batch_size, max_len or self.config.block_size, param.device, dtype)
+        return KVCache(self.config, batch_size, max_len or self.config.block_size,
+                       param.device, dtype)
 
     @torch.no_grad()
     def generate_tokens(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
@@ -293,7 +311,8 @@ class GPT(nn.Module):
         block_size, (B, T) = self.config.block_size, idx.shape
         if use_cache and kv_cache is None:
             kv_cache = self.new_kv_cache(B)
-        tokens = torch.empty(B, T + max_new_tokens, dtype=idx.dtype, device=idx.device)  # no per-step cat
+        # no per-step cat
+        tokens = torch.empty(B, T + max_new_tokens, dtype=idx.dtype, device=idx.device)
         tokens[:, :T] = idx
         next_input = None
         for end in range(T, T + max_new_tokens):
@@ -314,8 +333,10 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, use_cache=True,
                  kv_cache=None):
-        """Append max_new_tokens tokens to idx (B, T) and return the (B, T + max_new_tokens) result."""
-        new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p, use_cache, kv_cache))
+        """Append max_new_tokens tokens to idx (B, T) and return the
+        (B, T + max_new_tokens) result."""
+        new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p,
+                                        use_cache, kv_cache))
         return torch.cat([idx] + new, dim=1)
 
     # ---- training helpers ----
@@ -330,16 +351,19 @@ class GPT(nn.Module):
         return self.flops_per_token(seq_len) * tokens_per_second / peak_flops
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW; weight decay on 2-D weights (matmuls, embeddings) only, not on biases, norms, lambdas."""
+        """AdamW; weight decay on 2-D weights (matmuls, embeddings) only,
+        not on biases, norms, lambdas."""
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
         fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas,
+                                 **({"fused": True} if fused else {}))
 
 
 def optimizer_step(model, optimizer, scaler, grad_clip):
-    """After backward: clip the gradient norm (unscaled first, for fp16), step AdamW, clear the gradients."""
+    """After backward: clip the gradient norm (unscaled first, for fp16), step AdamW,
+    clear the gradients."""
     if grad_clip > 0:
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
@@ -356,9 +380,11 @@ def load_checkpoint(path, map_location="cpu"):
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:
-        raise ValueError(f"{path} is not a readable torch checkpoint ({type(e).__name__})") from None
+        raise ValueError(f"{path} is not a readable torch checkpoint "
+                         f"({type(e).__name__})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a checkpoint of this project (expected format {CHECKPOINT_FORMAT})")
+        raise ValueError(f"{path} is not a checkpoint of this project "
+                         f"(expected format {CHECKPOINT_FORMAT})")
     ckpt["model"] = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
     return ckpt
 
@@ -368,18 +394,22 @@ def setup_device(device="auto", dtype="auto"):
     error naming the setting. auto: cuda > mps > cpu; bfloat16 on GPUs that have it, else float32.
     Weights stay float32; bf16/fp16 is compute under autocast."""
     if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+        device = ("cuda" if torch.cuda.is_available()
+                  else "mps" if torch.backends.mps.is_available() else "cpu")
     kind = device.split(":")[0]
     if kind not in ("cpu", "cuda", "mps") or (kind != "cuda" and ":" in device):
         raise ValueError(f"--device={device}: use auto, cpu, cuda, cuda:N or mps")
     if kind == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"--device={device}: this torch sees no CUDA GPU; use --device=cpu (or auto)")
+            raise ValueError(f"--device={device}: this torch sees no CUDA GPU; "
+                             f"use --device=cpu (or auto)")
         index = device.partition(":")[2]
         if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
-            raise ValueError(f"--device={device}: there are {torch.cuda.device_count()} CUDA devices (cuda:0 ...)")
+            raise ValueError(f"--device={device}: there are {torch.cuda.device_count()} "
+                             f"CUDA devices (cuda:0 ...)")
     if kind == "mps" and not torch.backends.mps.is_available():
-        raise ValueError("--device=mps: Apple's MPS backend is not available here; use --device=cpu (or auto)")
+        raise ValueError("--device=mps: Apple's MPS backend is not available here; "
+                         "use --device=cpu (or auto)")
     if dtype == "auto":
         dtype = "bfloat16" if kind == "cuda" and torch.cuda.is_bf16_supported() else "float32"
     if dtype not in ("float32", "bfloat16", "float16"):
@@ -388,8 +418,10 @@ def setup_device(device="auto", dtype="auto"):
         raise ValueError(f"--dtype=bfloat16: {torch.cuda.get_device_name(device)} has no bfloat16; "
                          f"use --dtype=float16 or float32")
     if dtype == "float16" and kind == "cpu":
-        raise ValueError("--dtype=float16 needs a GPU (CPU autocast supports bfloat16); use float32 or bfloat16")
-    autocast = nullcontext() if dtype == "float32" else torch.autocast(kind, dtype=getattr(torch, dtype))
+        raise ValueError("--dtype=float16 needs a GPU (CPU autocast supports bfloat16); "
+                         "use float32 or bfloat16")
+    autocast = (nullcontext() if dtype == "float32"
+                else torch.autocast(kind, dtype=getattr(torch, dtype)))
     return device, dtype, autocast
 
 
@@ -414,7 +446,8 @@ def gpu_peak_flops(device_name):
 
 
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None):
-    """Pick the next token from (B, vocab) logits: greedy at temperature 0, else top-k/top-p sampling."""
+    """Pick the next token from (B, vocab) logits: greedy at temperature 0,
+    else top-k/top-p sampling."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits / temperature
@@ -424,7 +457,8 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None):
     if top_p is not None and top_p < 1.0:
         sorted_logits, order = torch.sort(logits, descending=True)
         cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-        drop_sorted = cumulative - sorted_logits.softmax(dim=-1) > top_p  # smallest set reaching top_p
+        # smallest set reaching top_p
+        drop_sorted = cumulative - sorted_logits.softmax(dim=-1) > top_p
         drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)  # back to vocab order
         logits = logits.masked_fill(drop, float("-inf"))
     # A draw from softmax(logits) without torch.multinomial, which checks its input with a GPU

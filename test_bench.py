@@ -1,4 +1,5 @@
-"""Tests for bench.py: a tiny CPU run completes in seconds and its JSON holds every field. Run: python -m pytest -q test_bench.py"""
+"""Tests for bench.py: a tiny CPU run completes in seconds and its JSON holds every field.
+Run: python -m pytest -q test_bench.py"""
 import json
 import os
 
@@ -8,9 +9,9 @@ import bench
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-TINY = ["--n_layer=2", "--n_head=4", "--n_embd=32", "--block_size=24", "--seq_len=16", "--batch_size=2",
-        "--contexts=16,64", "--decode_tokens=4", "--decode_batch_sizes=1,2", "--train_steps=2", "--warmup_steps=1",
-        "--device=cpu", "--dtype=float32"]
+TINY = ["--n_layer=2", "--n_head=4", "--n_embd=32", "--block_size=24", "--seq_len=16",
+        "--batch_size=2", "--contexts=16,64", "--decode_tokens=4", "--decode_batch_sizes=1,2",
+        "--train_steps=2", "--warmup_steps=1", "--device=cpu", "--dtype=float32"]
 MODES = ["vanilla", "resformer", "svformer"]
 
 
@@ -18,8 +19,8 @@ def test_tiny_run_writes_every_field(tmp_path, capsys):
     out = tmp_path / "b.json"
     bench.main(TINY + [f"--json_out={out}"])
     result = json.loads(out.read_text())
-    assert {"config", "device", "dtype", "device_name", "torch", "model", "train", "decode", "cache",
-            "ratios", "targets", "wall_s"} <= set(result)
+    assert {"config", "device", "dtype", "device_name", "torch", "model", "train", "decode",
+            "cache", "ratios", "targets", "wall_s"} <= set(result)
 
     train = result["train"]
     assert train["batch_size"] == 2 and train["seq_len"] == 16 and set(train["modes"]) == set(MODES)
@@ -31,17 +32,20 @@ def test_tiny_run_writes_every_field(tmp_path, capsys):
     assert train["modes"]["svformer"]["params"] < train["modes"]["vanilla"]["params"]
 
     decode = result["decode"]
-    assert decode["contexts"] == [16, 24] and decode["skipped_contexts"] == [64]  # block_size added, 64 too long
+    # block_size added, 64 too long
+    assert decode["contexts"] == [16, 24] and decode["skipped_contexts"] == [64]
     assert len(decode["rows"]) == 3 * 2 * 2 and decode["cache_exact"] is True
     for r in decode["rows"]:
         assert r["prompt_len"] == r["context"] - 4
         assert r["tokens_match"] and r["fp32_logit_error"] < 1e-4 and r["cache_exact"]
-        for key in ("cached_tok_s", "uncached_tok_s", "cached_e2e_tok_s", "uncached_e2e_tok_s", "speedup", "e2e_speedup"):
+        for key in ("cached_tok_s", "uncached_tok_s", "cached_e2e_tok_s", "uncached_e2e_tok_s",
+                    "speedup", "e2e_speedup"):
             assert r[key] > 0
 
     cache = result["cache"]
     assert cache["max_len"] == 24 and cache["dtype"] == "float32"
-    assert {(r["mode"], r["n_kv_head"]) for r in cache["rows"]} == {(m, h) for m in MODES for h in (4, 2, 1)}
+    assert ({(r["mode"], r["n_kv_head"]) for r in cache["rows"]}
+            == {(m, h) for m in MODES for h in (4, 2, 1)})
     L = 2
     for r in cache["rows"]:
         assert r["formula_matches"] and r["bytes_full"] == r["bytes_per_token"] * 24
@@ -50,7 +54,8 @@ def test_tiny_run_writes_every_field(tmp_path, capsys):
         else:
             assert r["vs_vanilla"] == 1.0
     mha_vanilla = next(r for r in cache["rows"] if r["mode"] == "vanilla" and r["n_kv_head"] == 4)
-    assert mha_vanilla["bytes_per_token"] == 2 * L * 4 * 8 * 4  # k and v, per layer, heads x head_dim x fp32
+    # k and v, per layer, heads x head_dim x fp32
+    assert mha_vanilla["bytes_per_token"] == 2 * L * 4 * 8 * 4
 
     ratios = result["ratios"]
     assert ratios["train_resformer_vs_vanilla"] > 0 and ratios["train_svformer_vs_vanilla"] > 0
@@ -59,21 +64,26 @@ def test_tiny_run_writes_every_field(tmp_path, capsys):
     targets = {t["target"]: t for t in result["targets"]}
     assert len(targets) == 6
     assert targets["svformer cache bytes exactly (L+1)/(2L) of vanilla"]["met"] is True
-    assert all(t["met"] is None for name, t in targets.items() if "MFU" in name or "1024" in name)  # not measured
+    # not measured
+    assert all(t["met"] is None for name, t in targets.items() if "MFU" in name or "1024" in name)
     applies = [t["applies"] for t in result["targets"]]
     assert applies == [True, True, True, False, True, False]  # on a CPU: not the GPU ones
     printed = capsys.readouterr().out
-    assert "training step" in printed and "decoding" in printed and "KV cache" in printed and "targets" in printed
+    assert ("training step" in printed and "decoding" in printed and "KV cache" in printed
+            and "targets" in printed)
 
 
 def test_parts_and_modes_select(tmp_path):
     out = tmp_path / "c.json"
-    result = bench.main([os.path.join(HERE, "config", "gpt2_124m.py"), "--parts=cache", "--modes=svformer", "--kv_heads=12,6,1",
+    result = bench.main([os.path.join(HERE, "config", "gpt2_124m.py"), "--parts=cache",
+                         "--modes=svformer", "--kv_heads=12,6,1",
                          "--dtype=bfloat16", "--device=cpu", f"--json_out={out}"])
     assert result["train"] is None and result["decode"] is None
     rows = {(r["mode"], r["n_kv_head"]): r for r in result["cache"]["rows"]}
-    assert set(rows) == {(m, h) for m in ("vanilla", "svformer") for h in (12, 6, 1)}  # vanilla: the reference
-    assert rows[("vanilla", 12)]["bytes_full"] == 2 * 12 * 12 * 1024 * 64 * 2  # GPT-2 124M, bf16, batch 1
+    # vanilla: the reference
+    assert set(rows) == {(m, h) for m in ("vanilla", "svformer") for h in (12, 6, 1)}
+    # GPT-2 124M, bf16, batch 1
+    assert rows[("vanilla", 12)]["bytes_full"] == 2 * 12 * 12 * 1024 * 64 * 2
     assert rows[("svformer", 12)]["bytes_full"] * 24 == rows[("vanilla", 12)]["bytes_full"] * 13
     assert json.loads(out.read_text())["cache"]["dtype"] == "bfloat16"
 

@@ -1,4 +1,5 @@
-"""Tests for model.py: the three value modes, GQA, the shared-value KV cache. Run: python -m pytest -q"""
+"""Tests for model.py: the three value modes, GQA, the shared-value KV cache.
+Run: python -m pytest -q"""
 import math
 
 import pytest
@@ -12,8 +13,8 @@ KV_HEADS = [N_HEAD, N_HEAD // 2, 1]
 
 
 def tiny(value_mode="vanilla", n_kv_head=N_HEAD, **kw):
-    args = dict(block_size=16, vocab_size=37, n_layer=3, n_head=N_HEAD, n_kv_head=n_kv_head, n_embd=32,
-                dropout=0.0, bias=False, value_mode=value_mode)
+    args = dict(block_size=16, vocab_size=37, n_layer=3, n_head=N_HEAD, n_kv_head=n_kv_head,
+                n_embd=32, dropout=0.0, bias=False, value_mode=value_mode)
     args.update(kw)
     torch.manual_seed(0)
     return GPT(GPTConfig(**args))
@@ -60,7 +61,8 @@ def test_resformer_layer2_matches_the_formula(n_kv_head):
     model = tiny("resformer", n_kv_head, n_layer=2, bias=True).eval()
     x = tokens(B=2, T=10)
     captured = {}
-    model.transformer.h[1].attn.register_forward_hook(lambda m, inp, out: captured.update(inp=inp, out=out))
+    model.transformer.h[1].attn.register_forward_hook(
+        lambda m, inp, out: captured.update(inp=inp, out=out))
     model(x)
     hidden = captured["inp"][0]  # layer 2's normalised input H_1
     emb = model.transformer.wte(x) + model.transformer.wpe(torch.arange(10))
@@ -70,17 +72,20 @@ def test_resformer_layer2_matches_the_formula(n_kv_head):
     V1 = model.transformer.h[0].ln_1(emb) @ W1[C + kv:].T + b1[C + kv:]
     layer2 = model.transformer.h[1].attn
     W2, b2 = layer2.c_attn.weight, layer2.c_attn.bias
-    Q, K, V2 = (hidden @ W2[:C].T + b2[:C]), (hidden @ W2[C:C + kv].T + b2[C:C + kv]), (hidden @ W2[C + kv:].T + b2[C + kv:])
+    Q, K, V2 = ((hidden @ W2[:C].T + b2[:C]), (hidden @ W2[C:C + kv].T + b2[C:C + kv]),
+                (hidden @ W2[C + kv:].T + b2[C + kv:]))
     heads = lambda t, n: t.view(2, 10, n, 8).transpose(1, 2)
     group = N_HEAD // n_kv_head
     Q, K = heads(Q, N_HEAD), heads(K, n_kv_head).repeat_interleave(group, dim=1)
     V = heads(0.5 * V1 + 0.5 * V2, n_kv_head).repeat_interleave(group, dim=1)
-    A = (Q @ K.transpose(-1, -2) / math.sqrt(8)).masked_fill(torch.ones(10, 10).triu(1).bool(), float("-inf")).softmax(-1)
+    A = (Q @ K.transpose(-1, -2) / math.sqrt(8)).masked_fill(torch.ones(10, 10).triu(1).bool(),
+                                                              float("-inf")).softmax(-1)
     U = (A @ V).transpose(1, 2).reshape(2, 10, C)
     expected = layer2.c_proj(U)
     assert torch.allclose(captured["out"][0], expected, atol=1e-5)
     # and vanilla's layer 2 does not equal it (the test can tell the modes apart)
-    assert not torch.allclose((A @ heads(V2, n_kv_head).repeat_interleave(group, 1)).transpose(1, 2).reshape(2, 10, C), U, atol=1e-3)
+    assert not torch.allclose((A @ heads(V2, n_kv_head).repeat_interleave(group, 1))
+                              .transpose(1, 2).reshape(2, 10, C), U, atol=1e-3)
 
 
 def test_learnable_lambdas_start_at_half_and_get_gradients():
@@ -92,7 +97,8 @@ def test_learnable_lambdas_start_at_half_and_get_gradients():
     loss.backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in lambdas)
     fixed = tiny("resformer")
-    assert all(not isinstance(b.attn.value_lambdas, torch.nn.Parameter) for b in fixed.transformer.h[1:])
+    assert all(not isinstance(b.attn.value_lambdas, torch.nn.Parameter)
+               for b in fixed.transformer.h[1:])
     assert fixed.num_params() == model.num_params() - 2 * (3 - 1)
 
 
@@ -106,12 +112,15 @@ def test_svformer_has_no_value_projection_beyond_layer_1(n_kv_head):
         assert tiny("resformer", n_kv_head, n_layer=n_layer).num_params() == vanilla.num_params()
 
 
-@pytest.mark.parametrize("mode,reaches", [("vanilla", False), ("resformer", True), ("svformer", True)])
+@pytest.mark.parametrize("mode,reaches",
+                         [("vanilla", False), ("resformer", True), ("svformer", True)])
 def test_gradient_from_last_layer_reaches_layer1_value_projection(mode, reaches):
-    """V_1 is not detached: the last layer's attention output alone sends gradient to layer 1's W_V."""
+    """V_1 is not detached: the last layer's attention output alone sends gradient
+    to layer 1's W_V."""
     model = tiny(mode, n_layer=4)
     last = model.transformer.h[-1].attn
-    # cut the residual stream into the last layer, so only its first_value argument links it to layer 1
+    # cut the residual stream into the last layer, so only its first_value argument
+    # links it to layer 1
     last.register_forward_pre_hook(lambda m, args: (args[0].detach(),) + args[1:])
     captured = {}
     last.register_forward_hook(lambda m, args, out: captured.update(out=out[0]))
@@ -126,7 +135,8 @@ def test_gradient_from_last_layer_reaches_layer1_value_projection(mode, reaches)
 @pytest.mark.parametrize("mode", MODES + ["learnable"])
 @pytest.mark.parametrize("n_kv_head", KV_HEADS)
 def test_incremental_decoding_matches_full_forward(mode, n_kv_head):
-    kw = dict(value_mode="resformer", learnable_lambda=True) if mode == "learnable" else dict(value_mode=mode)
+    kw = (dict(value_mode="resformer", learnable_lambda=True) if mode == "learnable"
+          else dict(value_mode=mode))
     model = tiny(n_kv_head=n_kv_head, **kw).eval()
     with torch.no_grad():  # make the learnable lambdas differ from 0.5 so they matter
         for p in model.parameters():
@@ -180,7 +190,8 @@ def test_cache_bytes_svformer_vs_vanilla(n_layer):
             assert cache.nbytes() == nbytes == model.kv_cache_bytes(2, 16, torch.float32)
             live[mode, n_kv_head] = nbytes
     for n_kv_head in KV_HEADS:
-        assert live["svformer", n_kv_head] * 2 * n_layer == live["vanilla", n_kv_head] * (n_layer + 1)
+        assert (live["svformer", n_kv_head] * 2 * n_layer
+                == live["vanilla", n_kv_head] * (n_layer + 1))
         assert live["resformer", n_kv_head] == live["vanilla", n_kv_head]
         for mode in MODES:  # bytes scale with n_kv_head / n_head
             assert live[mode, n_kv_head] * N_HEAD == live[mode, N_HEAD] * n_kv_head
@@ -191,7 +202,8 @@ def test_cache_bytes_svformer_vs_vanilla(n_layer):
 def test_cache_dtype_and_bytes_formula():
     model = tiny("svformer")
     cache = model.new_kv_cache(3, max_len=10, dtype=torch.bfloat16)
-    assert cache.keys[0].dtype == torch.bfloat16 and cache.nbytes() == model.kv_cache_bytes(3, 10, torch.bfloat16)
+    assert (cache.keys[0].dtype == torch.bfloat16
+            and cache.nbytes() == model.kv_cache_bytes(3, 10, torch.bfloat16))
     assert isinstance(cache, KVCache) and model.new_kv_cache(1).keys[0].dtype == torch.float32
 
 
@@ -255,7 +267,9 @@ def test_gpu_peak_lookup_and_mfu():
     assert gpu_peak_flops("NVIDIA H100 NVL") == gpu_peak_flops("NVIDIA H200 NVL") == 835e12
     assert gpu_peak_flops("NVIDIA H100 PCIe") == 756e12
     assert gpu_peak_flops("NVIDIA GH200 480GB") == 989.4e12
-    assert gpu_peak_flops("NVIDIA A10G") == 70e12 and gpu_peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
+    assert (gpu_peak_flops("NVIDIA A10G") == 70e12
+            and gpu_peak_flops("NVIDIA A100-SXM4-80GB") == 312e12)
     assert gpu_peak_flops("Some Future GPU") is None
     model = tiny()
-    assert model.estimate_mfu(1000, 1e12, 16) == pytest.approx(model.flops_per_token(16) * 1000 / 1e12)
+    assert model.estimate_mfu(1000, 1e12, 16) == pytest.approx(
+        model.flops_per_token(16) * 1000 / 1e12)

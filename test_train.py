@@ -1,4 +1,5 @@
-"""Tests for train.py on tiny data: every mode trains, exact resume, errors, Ctrl-C, NaN, torchrun."""
+"""Tests for train.py on tiny data: every mode trains, exact resume, errors, Ctrl-C, NaN,
+torchrun."""
 import json
 import os
 import signal
@@ -15,7 +16,8 @@ import train
 from configurator import ConfigError, load_config, read_preset
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TEXT = "".join(f"KING {i % 7}:\nWhat say you, my lord, of the {i % 13} ships upon the sea?\n\n" for i in range(400))
+TEXT = "".join(f"KING {i % 7}:\nWhat say you, my lord, of the {i % 13} ships upon the sea?\n\n"
+               for i in range(400))
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +28,10 @@ def data_dir(tmp_path_factory):
 
 
 def tiny_cfg(data_dir, out_dir, **kw):
-    cfg = dict(train.DEFAULTS, dataset=data_dir, out_dir=str(out_dir), n_layer=2, n_head=2, n_embd=32,
-               block_size=16, batch_size=8, max_iters=30, lr_decay_iters=30, warmup_iters=5, learning_rate=1e-2,
-               min_lr=1e-3, eval_interval=10, eval_iters=2, log_interval=1, device="cpu")
+    cfg = dict(train.DEFAULTS, dataset=data_dir, out_dir=str(out_dir), n_layer=2, n_head=2,
+               n_embd=32, block_size=16, batch_size=8, max_iters=30, lr_decay_iters=30,
+               warmup_iters=5, learning_rate=1e-2, min_lr=1e-3, eval_interval=10, eval_iters=2,
+               log_interval=1, device="cpu")
     cfg.update(kw)
     return cfg
 
@@ -44,10 +47,12 @@ def test_each_mode_trains_and_writes_log_and_checkpoint(data_dir, tmp_path, mode
     assert summary["status"] == "done" and summary["iter"] == 30
     evals = summary["evals"]
     assert [e["iter"] for e in evals] == [0, 10, 20, 30]
-    assert evals[-1]["val_loss"] < evals[0]["val_loss"] - 1.0  # it learns (starts near ln 320 = 5.8)
+    # it learns (starts near ln 320 = 5.8)
+    assert evals[-1]["val_loss"] < evals[0]["val_loss"] - 1.0
     log = read_log(tmp_path)
     assert [r["iter"] for r in log if r["kind"] == "train"] == list(range(1, 31))
-    assert all(r["tokens_per_sec"] > 0 and r["ms_per_step"] > 0 for r in log if r["kind"] == "train")
+    assert all(r["tokens_per_sec"] > 0 and r["ms_per_step"] > 0
+               for r in log if r["kind"] == "train")
     ckpt = train.load_checkpoint(str(tmp_path / "ckpt.pt"))
     assert ckpt["iter_num"] == 30 and ckpt["model_args"]["value_mode"] == mode
     assert ckpt["tokenizer"] == {"tokenizer": "byte", "vocab_size": 257, "eot": 256}
@@ -56,14 +61,17 @@ def test_each_mode_trains_and_writes_log_and_checkpoint(data_dir, tmp_path, mode
 
 
 def test_resume_equals_uninterrupted_run(data_dir, tmp_path):
-    straight = tiny_cfg(data_dir, tmp_path / "straight", value_mode="resformer", learnable_lambda=True)
+    straight = tiny_cfg(data_dir, tmp_path / "straight", value_mode="resformer",
+                        learnable_lambda=True)
     train.train(straight)
-    first_half = dict(straight, out_dir=str(tmp_path / "resumed"), max_iters=12)  # same schedule (lr_decay_iters)
+    # same schedule (lr_decay_iters)
+    first_half = dict(straight, out_dir=str(tmp_path / "resumed"), max_iters=12)
     train.train(first_half)
     summary = train.train(dict(first_half, max_iters=30, resume=True))
     assert summary["iter"] == 30
     losses = lambda d: [(r["iter"], r["loss"]) for r in read_log(d) if r["kind"] == "train"]
-    assert losses(tmp_path / "resumed") == losses(tmp_path / "straight")  # bitwise: exact float equality
+    # bitwise: exact float equality
+    assert losses(tmp_path / "resumed") == losses(tmp_path / "straight")
     a = train.load_checkpoint(str(tmp_path / "straight" / "ckpt.pt"))["model"]
     b = train.load_checkpoint(str(tmp_path / "resumed" / "ckpt.pt"))["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -71,17 +79,20 @@ def test_resume_equals_uninterrupted_run(data_dir, tmp_path):
 
 # Ctrl-C (a real SIGINT) finishes the step it arrives in, then saves at the step boundary
 @pytest.mark.parametrize("where,stopped_at", [("train", 15), ("eval", 10)])
-def test_ctrl_c_saves_and_resume_continues_exactly(data_dir, tmp_path, monkeypatch, where, stopped_at):
+def test_ctrl_c_saves_and_resume_continues_exactly(data_dir, tmp_path, monkeypatch, where,
+                                                   stopped_at):
     cfg = tiny_cfg(data_dir, tmp_path / "a", dropout=0.1)  # dropout: the RNG state must resume too
     train.train(cfg)
     calls = {"train": 0, "eval": 0}
     real_next = train.Batches.next
 
-    def interrupting_next(self):  # eval windows come from generators seeded 1234, training's from cfg seed
+    # eval windows come from generators seeded 1234, training's from cfg seed
+    def interrupting_next(self):
         kind = "eval" if self.generator.initial_seed() == 1234 else "train"
         calls[kind] += 1
         if kind == where and calls[kind] == {"train": 15, "eval": 7}[where]:
-            os.kill(os.getpid(), signal.SIGINT)  # train: while drawing step 14's batch; eval: in step 10's eval
+            # train: while drawing step 14's batch; eval: in step 10's eval
+            os.kill(os.getpid(), signal.SIGINT)
         return real_next(self)
 
     monkeypatch.setattr(train.Batches, "next", interrupting_next)
@@ -109,7 +120,8 @@ def test_second_ctrl_c_stops_at_once_and_keeps_the_last_checkpoint(data_dir, tmp
     monkeypatch.setattr(train.Batches, "next", two_interrupts)
     summary = train.train(tiny_cfg(data_dir, tmp_path))
     assert summary["status"] == "interrupted" and summary["iter"] < 30
-    assert train.load_checkpoint(str(tmp_path / "ckpt.pt"))["iter_num"] == 10  # the eval-time one, untouched
+    # the eval-time one, untouched
+    assert train.load_checkpoint(str(tmp_path / "ckpt.pt"))["iter_num"] == 10
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
@@ -119,13 +131,15 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path
     def nan_after_a_while(*args, **kw):
         calls["n"] += 1
         loss = real_ce(*args, **kw)
-        return loss * float("nan") if calls["n"] > 20 else loss  # 4 eval calls + 10 steps + 4 eval + 2 steps
+        # 4 eval calls + 10 steps + 4 eval + 2 steps
+        return loss * float("nan") if calls["n"] > 20 else loss
 
     monkeypatch.setattr(torch.nn.functional, "cross_entropy", nan_after_a_while)
     summary = train.train(tiny_cfg(data_dir, tmp_path, eval_interval=10))
     assert summary["status"] == "diverged" and summary["iter"] == 13
     ckpt = train.load_checkpoint(str(tmp_path / "ckpt.pt"))  # the one saved at step 10, still whole
-    assert ckpt["iter_num"] == 10 and all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
+    assert ckpt["iter_num"] == 10 and all(torch.isfinite(v).all()
+                                          for v in ckpt["model"].values() if v.is_floating_point())
 
 
 def test_killed_checkpoint_write_leaves_previous_loadable(data_dir, tmp_path, monkeypatch):
@@ -155,17 +169,20 @@ def test_resume_with_a_different_model_is_a_clear_error(data_dir, tmp_path):
 
 
 def test_missing_data_names_the_prepare_command(tmp_path):
-    with pytest.raises(shards.DataError, match="run python prepare.py --dataset=tinyshakespeare --tokenizer=gpt2"):
+    with pytest.raises(shards.DataError,
+                       match="run python prepare.py --dataset=tinyshakespeare --tokenizer=gpt2"):
         train.train(tiny_cfg(str(tmp_path / "tinyshakespeare_gpt2"), tmp_path / "out"))
 
 
 def run_script(*args, **kw):
-    return subprocess.run([sys.executable, *args], cwd=HERE, capture_output=True, text=True, timeout=120, **kw)
+    return subprocess.run([sys.executable, *args], cwd=HERE, capture_output=True, text=True,
+                          timeout=120, **kw)
 
 
-@pytest.mark.parametrize("arg,message", [("--n_layers=4", "error: unknown setting --n_layers"),
-                                         ("--n_layer=4.5", "error: --n_layer=4.5: n_layer must be int"),
-                                         ("--value_mode=resformr", "error: value_mode must be one of")])
+@pytest.mark.parametrize("arg,message", [
+    ("--n_layers=4", "error: unknown setting --n_layers"),
+    ("--n_layer=4.5", "error: --n_layer=4.5: n_layer must be int"),
+    ("--value_mode=resformr", "error: value_mode must be one of")])
 def test_bad_overrides_exit_with_one_line(arg, message, tmp_path):
     result = run_script("train.py", arg, f"--out_dir={tmp_path}")
     assert result.returncode == 1 and result.stdout == ""
@@ -175,7 +192,8 @@ def test_bad_overrides_exit_with_one_line(arg, message, tmp_path):
 def test_quickstart_preset_is_the_defaults():
     preset = read_preset(os.path.join(HERE, "config", "quickstart.py"))
     assert preset and all(train.DEFAULTS[k] == v for k, v in preset.items())
-    gpt2 = load_config(train.DEFAULTS, [os.path.join(HERE, "config", "gpt2_124m.py")])  # every key known, typed
+    # every key known, typed
+    gpt2 = load_config(train.DEFAULTS, [os.path.join(HERE, "config", "gpt2_124m.py")])
     assert gpt2["batch_size"] * gpt2["block_size"] * gpt2["gradient_accumulation_steps"] == 2 ** 19
     with pytest.raises(ConfigError):
         load_config(train.DEFAULTS, ["--max_iters=many"])
@@ -198,11 +216,13 @@ def test_torchrun_two_processes_gloo(data_dir, tmp_path):
         "import train\n"
         "cfg = dict(train.DEFAULTS, **eval(sys.argv[1]))\n"
         "summary = train.train(cfg)\n"
-        "torch.save(summary['model'].state_dict(), os.path.join(sys.argv[2], f\"rank{os.environ['RANK']}.pt\"))\n")
+        "torch.save(summary['model'].state_dict(), "
+        "os.path.join(sys.argv[2], f\"rank{os.environ['RANK']}.pt\"))\n")
     out = tmp_path / "out"
-    overrides = tiny_cfg(data_dir, out, max_iters=6, eval_interval=3, value_mode="resformer", gradient_accumulation_steps=2)
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             str(script), repr(overrides), str(tmp_path)],
+    overrides = tiny_cfg(data_dir, out, max_iters=6, eval_interval=3, value_mode="resformer",
+                         gradient_accumulation_steps=2)
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                             "--nproc_per_node=2", str(script), repr(overrides), str(tmp_path)],
                             cwd=HERE, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-2000:]
     rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
@@ -211,7 +231,8 @@ def test_torchrun_two_processes_gloo(data_dir, tmp_path):
     assert all(torch.equal(rank0[k], saved[k]) for k in rank0)
     assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl", "train.lock"]
     log = read_log(out)
-    assert [r["iter"] for r in log if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]  # once, not once per rank
+    # once, not once per rank
+    assert [r["iter"] for r in log if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]
     assert result.stdout.count("step 6: train loss") == 1  # only rank 0 prints
     # gradient_accumulation_steps=2 is the total: 1 micro-step per rank
     assert "256 tokens/step (8 x 16 x 1 micro-steps x 2 rank(s))" in result.stdout

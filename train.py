@@ -4,13 +4,15 @@ Train a GPT in any value mode on token shards, on one GPU, a laptop CPU, or seve
     python train.py                                   # the CPU quickstart (prepares data if needed)
     python train.py --value_mode=vanilla              # any setting: --key=value (--help lists them)
     python train.py config/gpt2_124m.py               # a preset, then overrides
-    python train.py --resume --max_iters=8000         # continue out_dir/ckpt.pt exactly, then further
+    python train.py --resume --max_iters=8000         # continue out_dir/ckpt.pt exactly,
+                                                      # then further
     torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m.py   # 8 GPUs, same step
 
 gradient_accumulation_steps counts micro-steps over all ranks (nanoGPT's meaning): under torchrun
 each rank runs its share, so a step has the same tokens on 1 GPU or 8 (the count must divide).
 
-Every log line also goes to out_dir/log.jsonl; checkpoints are written atomically to out_dir/ckpt.pt.
+Every log line also goes to out_dir/log.jsonl; checkpoints are written atomically to
+out_dir/ckpt.pt.
 The settings and their defaults live in configurator.py (TRAIN_SETTINGS).
 """
 import json
@@ -27,10 +29,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import prepare
 import shards
 from configurator import TRAIN_SETTINGS, ConfigError, defaults_of, given_keys, parse_args
-from model import CHECKPOINT_FORMAT, GPT, GPTConfig, gpu_peak_flops, load_checkpoint, optimizer_step, setup_device
+from model import (CHECKPOINT_FORMAT, GPT, GPTConfig, gpu_peak_flops, load_checkpoint,
+                   optimizer_step, setup_device)
 
 DEFAULTS = defaults_of(TRAIN_SETTINGS)
-MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_kv_head", "n_embd", "bias", "value_mode", "learnable_lambda")
+MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_kv_head", "n_embd", "bias", "value_mode",
+              "learnable_lambda")
 USAGE = "usage: python train.py [config/preset.py ...] [--key=value ...]"
 
 try:
@@ -49,18 +53,21 @@ def check_settings(cfg):
         if cfg[key] < 0:
             raise ConfigError(f"--{key}={cfg[key]}: must be 0 or more")
     if not 0 <= cfg["min_lr"] <= cfg["learning_rate"]:
-        raise ConfigError(f"--min_lr={cfg['min_lr']}: must be between 0 and learning_rate ({cfg['learning_rate']})")
+        raise ConfigError(f"--min_lr={cfg['min_lr']}: must be between 0 and "
+                          f"learning_rate ({cfg['learning_rate']})")
     GPTConfig.from_dict(cfg)  # a bad model setting fails now, before any data is touched
 
 
 def warmup_steps(cfg):
-    """warmup_iters, unless it would fill the whole schedule: then a tenth of it (a short run still decays)."""
+    """warmup_iters, unless it would fill the whole schedule: then a tenth of it
+    (a short run still decays)."""
     decay_end = cfg["lr_decay_iters"] or cfg["max_iters"]
     return cfg["warmup_iters"] if cfg["warmup_iters"] < decay_end else decay_end // 10
 
 
 def get_lr(it, cfg):
-    """Linear warmup, then cosine decay from learning_rate to min_lr at lr_decay_iters (0 = max_iters)."""
+    """Linear warmup, then cosine decay from learning_rate to min_lr at lr_decay_iters
+    (0 = max_iters)."""
     decay_end = cfg["lr_decay_iters"] or cfg["max_iters"]
     warmup = warmup_steps(cfg)
     if it < warmup:
@@ -68,7 +75,8 @@ def get_lr(it, cfg):
     if it >= decay_end:
         return cfg["min_lr"]
     progress = (it - warmup) / (decay_end - warmup)
-    return cfg["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg["learning_rate"] - cfg["min_lr"])
+    return cfg["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * progress)) * (
+        cfg["learning_rate"] - cfg["min_lr"])
 
 
 class Batches:
@@ -79,24 +87,29 @@ class Batches:
     short for a whole step of every rank are skipped.
     """
 
-    def __init__(self, token_shards, batch_size, block_size, seed, rank=0, world=1, sequential=None):
-        self.shards, self.B, self.T, self.rank, self.world = token_shards, batch_size, block_size, rank, world
+    def __init__(self, token_shards, batch_size, block_size, seed, rank=0, world=1,
+                 sequential=None):
+        self.shards, self.B, self.T, self.rank, self.world = (
+            token_shards, batch_size, block_size, rank, world)
         self.sequential = len(token_shards) > 1 if sequential is None else sequential
         self.generator = torch.Generator().manual_seed(seed + rank)
         need = (world * batch_size * block_size + 1) if self.sequential else block_size + 2
         self.usable = [i for i, s in enumerate(token_shards) if len(s) >= need]
         if not self.usable:
-            raise shards.DataError(f"every shard is shorter than the {need:,} tokens one batch needs "
-                                   f"(batch_size {batch_size} x block_size {block_size} x {world} ranks)")
+            raise shards.DataError(f"every shard is shorter than the {need:,} tokens "
+                                   f"one batch needs (batch_size {batch_size} x "
+                                   f"block_size {block_size} x {world} ranks)")
         self.shard, self.pos = self.usable[0], rank * batch_size * block_size
 
     def next(self):
         B, T = self.B, self.T
         if self.sequential:
-            if self.pos + B * T + 1 > len(self.shards[self.shard]):  # the next usable shard, wrapping around
+            # the next usable shard, wrapping around
+            if self.pos + B * T + 1 > len(self.shards[self.shard]):
                 self.shard = self.usable[(self.usable.index(self.shard) + 1) % len(self.usable)]
                 self.pos = self.rank * B * T
-            chunk = torch.from_numpy(self.shards[self.shard][self.pos:self.pos + B * T + 1].astype("int64"))
+            chunk = torch.from_numpy(
+                self.shards[self.shard][self.pos:self.pos + B * T + 1].astype("int64"))
             self.pos += self.world * B * T
             return chunk[:-1].view(B, T), chunk[1:].view(B, T)
         tokens = self.shards[self.usable[0]]
@@ -113,7 +126,8 @@ class Batches:
 
 
 def save_checkpoint(path, checkpoint):
-    """Write to a temporary file, then rename: a crash mid-write never leaves a truncated ckpt.pt."""
+    """Write to a temporary file, then rename: a crash mid-write never leaves
+    a truncated ckpt.pt."""
     tmp = path + ".tmp"
     torch.save(checkpoint, tmp)
     os.replace(tmp, path)
@@ -142,7 +156,8 @@ class OutDirLock:
 
     def release(self):
         if self.file is not None:
-            self.file.close()  # closing drops the lock; the file stays (removing it would race a newcomer)
+            # closing drops the lock; the file stays (removing it would race a newcomer)
+            self.file.close()
 
 
 def resolve_resume(cfg, given, ckpt_path):
@@ -151,11 +166,13 @@ def resolve_resume(cfg, given, ckpt_path):
     ckpt = load_checkpoint(ckpt_path)
     saved = {**DEFAULTS, **ckpt["config"]}
     given = set(cfg) if given is None else set(given)
-    changes = {k: (saved.get(k), cfg[k]) for k in given - {"resume", "overwrite"} if saved.get(k) != cfg[k]}
+    changes = {k: (saved.get(k), cfg[k])
+               for k in given - {"resume", "overwrite"} if saved.get(k) != cfg[k]}
     shape = {k: v for k, v in changes.items() if k in MODEL_KEYS}
     if shape:
         shown = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in shape.items())
-        raise ConfigError(f"cannot resume {ckpt_path}: the model differs ({shown}); a run keeps its model shape: "
+        raise ConfigError(f"cannot resume {ckpt_path}: the model differs ({shown}); "
+                          f"a run keeps its model shape: "
                           f"drop those settings, or start a new run with another --out_dir")
     return {**saved, **{k: b for k, (_, b) in changes.items()}, "resume": True}, ckpt, changes
 
@@ -179,18 +196,22 @@ def build(cfg, vocab_size, device, ckpt):
 def full_split_loss(model, token_shards, block_size, batch_size, device, autocast, rank=0, world=1):
     """(mean loss, tokens) over every token of a split exactly once: each shard cut into consecutive
     non-overlapping windows (the last one shorter), each predicting its tokens from those before it
-    in the window. Returns the mean over all predicted tokens; under DDP the ranks share the windows."""
+    in the window. Returns the mean over all predicted tokens; under DDP the ranks share the
+    windows."""
     windows = [(tokens, s, min(block_size, len(tokens) - 1 - s))
                for tokens in token_shards for s in range(0, len(tokens) - 1, block_size)]
     total, count = 0.0, 0
     model.eval()
     for i in range(rank * batch_size, len(windows), world * batch_size):
         batch = windows[i:i + batch_size]
-        for length in sorted({n for _, _, n in batch}):  # equal lengths together (only the last differs)
-            rows = torch.stack([torch.from_numpy(t[s:s + n + 1].astype("int64")) for t, s, n in batch if n == length])
+        # equal lengths together (only the last differs)
+        for length in sorted({n for _, _, n in batch}):
+            rows = torch.stack([torch.from_numpy(t[s:s + n + 1].astype("int64"))
+                                for t, s, n in batch if n == length])
             with autocast:
                 logits, _ = model(rows[:, :-1].to(device), all_logits=True)
-            total += torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten().to(device),
+            total += torch.nn.functional.cross_entropy(logits.float().flatten(0, 1),
+                                                       rows[:, 1:].flatten().to(device),
                                                        reduction="sum").item()
             count += rows[:, 1:].numel()
     model.train()
@@ -216,10 +237,12 @@ def train(cfg, given=None):
             cfg, ckpt, changes = resolve_resume(cfg, given, ckpt_path)
             check_settings(cfg)
         elif os.path.exists(ckpt_path) and not cfg["overwrite"]:
-            raise ConfigError(f"{cfg['out_dir']} already holds a checkpoint: continue it with --resume, "
+            raise ConfigError(f"{cfg['out_dir']} already holds a checkpoint: "
+                              f"continue it with --resume, "
                               f"or train into another --out_dir (--overwrite replaces it)")
         if cfg["gradient_accumulation_steps"] % world:
-            raise ConfigError(f"--gradient_accumulation_steps={cfg['gradient_accumulation_steps']} is the total "
+            raise ConfigError(f"--gradient_accumulation_steps="
+                              f"{cfg['gradient_accumulation_steps']} is the total "
                               f"over all ranks and must divide by the {world} ranks")
         if ddp:
             dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
@@ -238,7 +261,8 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     """The training loop proper, for train(): data, model, steps, evaluations, checkpoints."""
     ddp, master = world > 1, rank == 0
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
-    accumulation = cfg["gradient_accumulation_steps"] // world  # each rank's share of the step's micro-batches
+    # each rank's share of the step's micro-batches
+    accumulation = cfg["gradient_accumulation_steps"] // world
     device_type = device.split(":")[0]
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if master and not cfg["resume"] and os.path.exists(os.path.join(cfg["out_dir"], "log.jsonl")):
@@ -246,17 +270,22 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
 
     # ---- data ----
     data_dir = shards.dataset_dir(cfg["dataset"])
-    if cfg["dataset"] == DEFAULTS["dataset"] and not os.path.exists(os.path.join(data_dir, "meta.json")) and master:
+    if (cfg["dataset"] == DEFAULTS["dataset"]
+            and not os.path.exists(os.path.join(data_dir, "meta.json")) and master):
         print(f"{data_dir} is not prepared yet: running python prepare.py (once, offline)")
         prepare.prepare()
     if ddp:
         dist.barrier()
     meta = shards.load_meta(data_dir)
-    train_shards = [shards.read_shard(p, meta["vocab_size"]) for p in shards.list_shards(data_dir, "train")]
-    val_shards = [shards.read_shard(p, meta["vocab_size"]) for p in shards.list_shards(data_dir, "val")]
+    train_shards = [shards.read_shard(p, meta["vocab_size"])
+                    for p in shards.list_shards(data_dir, "train")]
+    val_shards = [shards.read_shard(p, meta["vocab_size"])
+                  for p in shards.list_shards(data_dir, "val")]
     batches = Batches(train_shards, cfg["batch_size"], cfg["block_size"], cfg["seed"], rank, world)
-    # Loss estimates use the same fixed windows every time, so curves compare across steps and modes.
-    eval_batches = {split: Batches(s, cfg["batch_size"], cfg["block_size"], seed=1234, sequential=False)
+    # Loss estimates use the same fixed windows every time, so curves compare across steps
+    # and modes.
+    eval_batches = {split: Batches(s, cfg["batch_size"], cfg["block_size"], seed=1234,
+                                   sequential=False)
                     for split, s in (("train", train_shards), ("val", val_shards))}
 
     # ---- model and optimizer, fresh or from the checkpoint ----
@@ -279,7 +308,8 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
     model = torch.compile(raw_model) if cfg["compile"] else raw_model
     if ddp:
-        model = DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None)
+        model = DDP(model,
+                    device_ids=[int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None)
 
     @torch.no_grad()
     def estimate_loss():
@@ -308,9 +338,12 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     def save(rank_states, iter_num, best_val_loss):
         """Everything an exact resume needs, as of the start of step iter_num (rank 0 writes it)."""
         save_checkpoint(ckpt_path, {
-            "format": CHECKPOINT_FORMAT, "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-            "model_args": model_args, "config": cfg, "iter_num": iter_num, "best_val_loss": best_val_loss,
-            "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")}, "rank_states": rank_states})
+            "format": CHECKPOINT_FORMAT, "model": raw_model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "model_args": model_args, "config": cfg, "iter_num": iter_num,
+            "best_val_loss": best_val_loss,
+            "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")},
+            "rank_states": rank_states})
 
     def gathered_states():
         states = [None] * world
@@ -337,11 +370,13 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
             print(f"note: warmup_iters {cfg['warmup_iters']} would fill the whole schedule: "
                   f"warming up for {warmup_steps(cfg)} steps")
         print("settings: " + " ".join(f"{k}={v}" for k, v in cfg.items()))
-        print(f"{cfg['value_mode']}: {raw_model.num_params() / 1e6:.2f}M parameters, {device} {dtype}, "
+        print(f"{cfg['value_mode']}: {raw_model.num_params() / 1e6:.2f}M parameters, "
+              f"{device} {dtype}, "
               f"{tokens_per_step:,} tokens/step ({cfg['batch_size']} x {cfg['block_size']} x "
               f"{accumulation} micro-steps x {world} rank(s)), {cfg['max_iters']} steps, "
               f"data {data_dir}")
-        log({"kind": "config", "iter": iter_num, "settings": cfg, "changes": {k: list(v) for k, v in changes.items()},
+        log({"kind": "config", "iter": iter_num, "settings": cfg,
+             "changes": {k: list(v) for k, v in changes.items()},
              "num_params": raw_model.num_params(), "device": device, "dtype": dtype, "world": world,
              "tokens_per_step": tokens_per_step})
 
@@ -382,10 +417,12 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
                 evals.append({"iter": iter_num, "tokens": iter_num * tokens_per_step,
                               "train_loss": losses["train"], "val_loss": val_loss})
                 if cfg["learnable_lambda"]:  # per layer (lambda_1, lambda_2), layers 2..n
-                    evals[-1]["lambdas"] = [block.attn.value_lambdas.tolist() for block in raw_model.transformer.h[1:]]
+                    evals[-1]["lambdas"] = [block.attn.value_lambdas.tolist()
+                                            for block in raw_model.transformer.h[1:]]
                 states = gathered_states() if iter_num > start_iter else None
                 if master:
-                    print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {val_loss:.4f}")
+                    print(f"step {iter_num}: train loss {losses['train']:.4f}, "
+                          f"val loss {val_loss:.4f}")
                     log({"kind": "eval", **evals[-1]})
                     if states is not None:
                         save(states, iter_num, best_val_loss)
@@ -418,7 +455,8 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
 
             if iter_num % cfg["log_interval"] == 0 or iter_num == cfg["max_iters"]:
                 loss_now = loss.detach() * accumulation
-                if ddp:  # the mean over ranks: every rank checks the same number, so all stop together
+                # the mean over ranks: every rank checks the same number, so all stop together
+                if ddp:
                     dist.all_reduce(loss_now)
                     loss_now /= world
                 lossf = loss_now.item()  # a GPU sync: only when logging
@@ -426,18 +464,22 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
                     status = "diverged"
                     break
                 dt = (time.time() - t0) / (iter_num - last_log_iter)
-                record = {"kind": "train", "iter": iter_num, "loss": lossf, "lr": lr, "ms_per_step": 1000 * dt,
-                          "tokens_per_sec": tokens_per_step / dt}
-                warm = iter_num > start_iter + cfg["log_interval"]  # the first window includes compilation
+                record = {"kind": "train", "iter": iter_num, "loss": lossf, "lr": lr,
+                          "ms_per_step": 1000 * dt, "tokens_per_sec": tokens_per_step / dt}
+                # the first window includes compilation
+                warm = iter_num > start_iter + cfg["log_interval"]
                 if peak and warm:
-                    record["mfu"] = raw_model.estimate_mfu(record["tokens_per_sec"] / world, peak, cfg["block_size"])
+                    record["mfu"] = raw_model.estimate_mfu(record["tokens_per_sec"] / world,
+                                                           peak, cfg["block_size"])
                 if warm:
                     speeds.append(record["tokens_per_sec"])
                 if master:
                     mfu = f", mfu {100 * record['mfu']:.1f}%" if "mfu" in record else ""
-                    eta = (time.time() - t_run) / (iter_num - start_iter) * (cfg["max_iters"] - iter_num)
+                    eta = ((time.time() - t_run) / (iter_num - start_iter)
+                           * (cfg["max_iters"] - iter_num))
                     print(f"iter {iter_num}/{cfg['max_iters']}: loss {lossf:.4f}, lr {lr:.2e}, "
-                          f"{record['ms_per_step']:.0f} ms/step, {record['tokens_per_sec']:,.0f} tok/s{mfu}, "
+                          f"{record['ms_per_step']:.0f} ms/step, "
+                          f"{record['tokens_per_sec']:,.0f} tok/s{mfu}, "
                           f"ETA {eta // 60:.0f}m{eta % 60:02.0f}s")
                     log(record)
                 t0, last_log_iter = time.time(), iter_num
@@ -450,14 +492,16 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
 
     full_val = None
     if status == "done":  # the final number: every validation token once, not a sample of windows
-        full_val, n = full_split_loss(raw_model, val_shards, cfg["block_size"], cfg["batch_size"], device,
-                                      autocast, rank, world)
+        full_val, n = full_split_loss(raw_model, val_shards, cfg["block_size"], cfg["batch_size"],
+                                      device, autocast, rank, world)
         if master:
             log({"kind": "final", "iter": iter_num, "val_loss_full": full_val, "val_tokens": n})
             print(f"val loss over the whole validation split ({n:,} tokens): {full_val:.4f}")
-            print(f"saved {ckpt_path} (step {iter_num}); sample from it: python sample.py --out_dir={cfg['out_dir']}")
+            print(f"saved {ckpt_path} (step {iter_num}); sample from it: "
+                  f"python sample.py --out_dir={cfg['out_dir']}")
     if status == "diverged" and master:
-        print(f"loss is not finite at step {iter_num}: stopped; the last good checkpoint is {ckpt_path} "
+        print(f"loss is not finite at step {iter_num}: stopped; "
+              f"the last good checkpoint is {ckpt_path} "
               f"(try a lower --learning_rate or --grad_clip=1.0)")
     if log_file:
         log_file.close()
