@@ -387,11 +387,16 @@ def write_dataset(path, train_lengths, val_length=600):
     """A byte dataset of shards with the given token counts (tokens from TEXT) and its meta.json."""
     os.makedirs(path)
     tokens = torch.tensor(list(TEXT.encode()))
-    for i, n in enumerate(train_lengths):
-        shards.write_shard(os.path.join(path, f"d_train_{i:06d}.bin"), tokens[:n].numpy(), 257)
-    shards.write_shard(os.path.join(path, "d_val_000000.bin"), tokens[-val_length:].numpy(), 257)
+    named = [(f"d_train_{i:06d}.bin", "train", tokens[:n]) for i, n in enumerate(train_lengths)]
+    named.append(("d_val_000000.bin", "val", tokens[-val_length:]))
+    entries = []
+    for file, split, part in named:  # meta.json names every shard, as prepare.py writes it
+        sha = shards.write_shard(os.path.join(path, file), part.numpy(), 257)
+        entries.append({"file": file, "split": split, "tokens": len(part),
+                        "bytes": os.path.getsize(os.path.join(path, file)), "sha256": sha})
     with open(os.path.join(path, "meta.json"), "w") as f:
-        json.dump({"tokenizer": "byte", "vocab_size": 257, "eot": 256}, f)
+        json.dump({"tokenizer": "byte", "vocab_size": 257, "eot": 256, "dtype": "uint16",
+                   "shards": entries}, f)
     return str(path)
 
 
