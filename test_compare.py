@@ -244,3 +244,17 @@ def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tm
     assert steps[-1] == 3000 and steps.count(stopped_at + 10 - stopped_at % 10) == 1
     assert [r["iter"] for r in compare.read_log(out / "vanilla_seed1337")
             if r["kind"] == "config"] == [0, stopped_at]
+
+
+def test_sweep_reports_the_paired_difference_at_each_point(data_dir, tmp_path):
+    out = tmp_path / "sweep"
+    assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1", "--less_data=0",
+                                "--modes=vanilla,resformer",
+                                "--sweep=n_layer=1:max_iters=2,n_layer=3:max_iters=1"]) == 0
+    sweep = json.load(open(out / "results.json"))["sweep"]
+    assert set(sweep) == {"n_layer=1_max_iters=2", "n_layer=3_max_iters=1"}
+    for point in sweep.values():
+        assert point["resformer"]["paired"]["n"] == 1 and "paired" not in point["vanilla"]
+    assert len(sweep["n_layer=3_max_iters=1"]["resformer"]["attention_entropy"]) == 3
+    assert "## Sweep" in (out / "results.md").read_text()
+    assert (out / "sweep.png").is_file() == _has_matplotlib()
