@@ -33,7 +33,8 @@ import torch
 import plots
 import shards
 from analysis import analyse, crossing, internals, paired_stats, verdict
-from configurator import (TRAIN_SETTINGS, ConfigError, defaults_of, given_keys, parse_args,
+from configurator import (TRAIN_SETTINGS, ConfigError, defaults_of, given_keys, load_config,
+                          parse_args,
                           parse_list)
 from model import GPT, load_checkpoint
 
@@ -66,7 +67,6 @@ def parse_overrides(text, what):
     if not all("=" in p for p in pairs):
         raise ConfigError(f"{what}: settings are key=value, separated by ':' "
                           "(e.g. n_layer=8:max_iters=400)")
-    from configurator import load_config
     given = load_config(defaults_of(TRAIN_SETTINGS), ["--" + p for p in pairs])
     return {p.partition("=")[0]: given[p.partition("=")[0]] for p in pairs}
 

@@ -397,9 +397,14 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     previous_handler = signal.signal(signal.SIGINT, on_sigint)
 
     def should_stop():
+        """One process: the flag. Under DDP all ranks must agree on the step, so they compare
+        flags, but only every log_interval steps (already a sync point), not every step."""
+        if not ddp:
+            return stop["requested"]
+        if iter_num % cfg["log_interval"]:
+            return False
         flag = torch.tensor(float(stop["requested"]), device=device)
-        if ddp:
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return flag.item() > 0
 
     evals, speeds, status, val_loss = [], [], "done", float("nan")
