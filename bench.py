@@ -2,11 +2,16 @@
 Speed and memory of the three value modes, side by side in one run: training step, decoding with
 and without the KV cache, and the cache's bytes. Prints tables and writes everything to JSON.
 
-    python bench.py                                     # the quickstart model, this machine's best device
-    python bench.py --block_size=1024 --seq_len=64      # quickstart training step, decoding up to 1024
-    python bench.py --threads=1                         # on a busy shared CPU (steadier)
-    python bench.py config/gpt2_124m.py                 # GPT-2 124M (on a GPU: bf16, compile, MFU, memory)
-    python bench.py config/gpt2_124m.py --parts=cache --dtype=bfloat16   # cache bytes only (cheap anywhere)
+    # the quickstart model, this machine's best device
+    python bench.py
+    # quickstart training step, decoding up to 1024
+    python bench.py --block_size=1024 --seq_len=64
+    # on a busy shared CPU (steadier)
+    python bench.py --threads=1
+    # GPT-2 124M (on a GPU: bf16, compile, MFU, memory)
+    python bench.py config/gpt2_124m.py
+    # cache bytes only (cheap anywhere)
+    python bench.py config/gpt2_124m.py --parts=cache --dtype=bfloat16
 
 Tokens are synthetic (random ids): speed does not depend on which tokens they are, and the bench
 then needs no prepared data. Decoding always runs the eager model (torch.compile, when on, is
@@ -21,21 +26,24 @@ import time
 import torch
 
 from configurator import TRAIN_SETTINGS, parse_args, parse_list
-from model import GPT, VALUE_MODES, GPTConfig, KVCache, gpu_peak_flops, kv_cache_bytes, optimizer_step, setup_device
+from model import (GPT, VALUE_MODES, GPTConfig, KVCache, gpu_peak_flops, kv_cache_bytes,
+                   optimizer_step, setup_device)
 from shards import ByteTokenizer
 
 # bench.py takes every train.py setting (so config/*.py presets work as they are; the model shape,
 # batch_size, block_size, device and dtype are used) plus these:
 BENCH_SETTINGS = dict(
     seq_len=(0, "tokens per sequence in the timed training step (0 = block_size)"),
-    vocab_size=(0, "vocabulary of the synthetic tokens (0 = 320 for a *_byte dataset, else GPT-2's 50304)"),
+    vocab_size=(0, "vocabulary of the synthetic tokens (0 = 320 for a *_byte dataset, "
+                   "else GPT-2's 50304)"),
     parts=("train,decode,cache", "what to measure: train, decode, cache"),
     modes=("vanilla,resformer,svformer", "value modes, side by side"),
     train_steps=(20, "timed training steps (the median is reported)"),
     accumulation=(0, "micro-steps per timed training step (0 = gradient_accumulation_steps, "
                      "at most 4): the optimizer step amortised as in training"),
     warmup_steps=(3, "untimed steps first (allocation, autotuning, compilation)"),
-    contexts=("128,512,1024", "decoding contexts (block_size is always added; longer ones are skipped)"),
+    contexts=("128,512,1024", "decoding contexts (block_size is always added; "
+                              "longer ones are skipped)"),
     decode_tokens=(32, "new tokens per decoding measurement"),
     decode_batch_sizes=("1,8", "batch sizes for decoding"),
     kv_heads=("", "n_kv_head variants for the cache table (empty: n_head, n_head/2, 1)"),
@@ -64,7 +72,8 @@ def resolve(cfg):
         if mode not in VALUE_MODES:
             raise ValueError(f"modes must be among {', '.join(VALUE_MODES)}, got {mode!r}")
     n_head = cfg["n_head"]
-    cfg["kv_heads"] = parse_list(cfg["kv_heads"], int) or sorted({n_head, max(n_head // 2, 1), 1}, reverse=True)
+    cfg["kv_heads"] = (parse_list(cfg["kv_heads"], int)
+                       or sorted({n_head, max(n_head // 2, 1), 1}, reverse=True))
     for h in cfg["kv_heads"]:
         if h < 1 or n_head % h:
             raise ValueError(f"kv_heads: n_head ({n_head}) must be a multiple of each, got {h}")
@@ -75,13 +84,15 @@ def resolve(cfg):
     cfg["skipped_contexts"] = sorted({c for c in asked if c > cfg["block_size"]})
     for c in cfg["contexts"]:
         if c <= cfg["decode_tokens"]:
-            raise ValueError(f"context {c} must be longer than decode_tokens ({cfg['decode_tokens']}): "
+            raise ValueError(f"context {c} must be longer than decode_tokens "
+                             f"({cfg['decode_tokens']}): "
                              f"the prompt is context - decode_tokens tokens")
     # a preset's full accumulation (GPT-2: 16) would make each timed step long; 4 micro-steps
     # already put AdamW under 1% of a GPU step
     cfg["accumulation"] = cfg["accumulation"] or min(cfg["gradient_accumulation_steps"], 4)
     if cfg["compile"] and cfg["warmup_steps"] < 1:
-        raise ValueError("compile needs warmup_steps >= 1, or compilation is timed as a training step")
+        raise ValueError("compile needs warmup_steps >= 1, "
+                         "or compilation is timed as a training step")
     if min(cfg["train_steps"], cfg["decode_tokens"], *cfg["decode_batch_sizes"], cfg["batch_size"],
            cfg["accumulation"]) < 1:
         raise ValueError("train_steps, decode_tokens, batch sizes, accumulation must be at least 1")
@@ -108,8 +119,8 @@ def synchronize(device):
 # ---- training step ----
 
 def bench_train(cfg, device, dtype, autocast):
-    """ms/step over train_steps AdamW steps per mode, after warm-up; the modes take turns step by step
-    so that a busy neighbour on a shared machine slows them all alike and the ratios stay fair.
+    """ms/step over train_steps AdamW steps per mode, after warm-up; the modes take turns step by
+    step so that a busy neighbour on a shared machine slows them all alike and the ratios stay fair.
     A step is `accumulation` forward/backward micro-steps and one optimizer step, as in train.py."""
     device_type = "cuda" if device.startswith("cuda") else device
     B, T, micro_steps = cfg["batch_size"], cfg["seq_len"], cfg["accumulation"]
@@ -118,11 +129,13 @@ def bench_train(cfg, device, dtype, autocast):
     d = cfg  # train.py's optimizer settings
     runs, raws, results = {}, {}, {}
     for mode in cfg["modes"]:
-        if device_type == "cuda":  # this mode's peak: its own weights, optimizer state and activations
+        # this mode's peak: its own weights, optimizer state and activations
+        if device_type == "cuda":
             others = torch.cuda.memory_allocated(device)
             torch.cuda.reset_peak_memory_stats(device)
         raw = build(cfg, mode).to(device)
-        opt = raw.configure_optimizers(d["weight_decay"], d["learning_rate"], (d["beta1"], d["beta2"]), device_type)
+        opt = raw.configure_optimizers(d["weight_decay"], d["learning_rate"],
+                                       (d["beta1"], d["beta2"]), device_type)
         scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
         model = torch.compile(raw) if cfg["compile"] else raw
 
@@ -147,7 +160,8 @@ def bench_train(cfg, device, dtype, autocast):
             runs[mode]()
             synchronize(device)
             results[mode]["step_ms"].append(1000 * (time.perf_counter() - t0))
-    peak_flops = gpu_peak_flops(torch.cuda.get_device_name(device)) if device_type == "cuda" else None
+    peak_flops = (gpu_peak_flops(torch.cuda.get_device_name(device))
+                  if device_type == "cuda" else None)
     for mode, r in results.items():
         r["ms_per_step"] = statistics.median(r["step_ms"])
         r["tokens_per_s"] = B * T * micro_steps / (r["ms_per_step"] / 1000)
@@ -212,15 +226,18 @@ def bench_decode(cfg, device, autocast):
     with autocast:
         for model in models.values():  # warm-up: first calls allocate and pick kernels
             for use_cache in (True, False):
-                timed_generate(model, torch.zeros(1, 1, dtype=torch.long, device=device), 2, use_cache, device)
+                timed_generate(model, torch.zeros(1, 1, dtype=torch.long, device=device), 2,
+                               use_cache, device)
         for B in cfg["decode_batch_sizes"]:
             for C in cfg["contexts"]:
                 prompt = torch.randint(cfg["vocab_size"], (B, C - n), generator=gen).to(device)
                 for mode, model in models.items():
                     cached, c_first, c_rest = timed_generate(model, prompt, n, True, device)
                     plain, p_first, p_rest = timed_generate(model, prompt, n, False, device)
-                    row = {"mode": mode, "batch": B, "context": C, "prompt_len": C - n, "new_tokens": n,
-                           # steady-state decoding (after the first token) and end to end (with prefill)
+                    row = {"mode": mode, "batch": B, "context": C, "prompt_len": C - n,
+                           "new_tokens": n,
+                           # steady-state decoding (after the first token) and end to end
+                           # (with prefill)
                            "cached_tok_s": B * (n - 1) / c_rest if n > 1 else None,
                            "uncached_tok_s": B * (n - 1) / p_rest if n > 1 else None,
                            "cached_e2e_tok_s": B * n / (c_first + c_rest),
@@ -233,7 +250,8 @@ def bench_decode(cfg, device, autocast):
                     row["e2e_speedup"] = row["cached_e2e_tok_s"] / row["uncached_e2e_tok_s"]
                     rows.append(row)
                     print_decode_row(row)
-    return {"new_tokens": n, "contexts": cfg["contexts"], "skipped_contexts": cfg["skipped_contexts"],
+    return {"new_tokens": n, "contexts": cfg["contexts"],
+            "skipped_contexts": cfg["skipped_contexts"],
             "batch_sizes": cfg["decode_batch_sizes"], "logit_tolerance": LOGIT_TOLERANCE,
             "cache_exact": all(r["cache_exact"] for r in rows), "rows": rows}
 
@@ -241,11 +259,12 @@ def bench_decode(cfg, device, autocast):
 # ---- KV cache bytes ----
 
 def bench_cache(cfg, device, ptdtype):
-    """Bytes of real KVCache tensors (batch 1, block_size long, in the run's dtype) for each mode and
-    n_kv_head, checked against the model's own formula and SVFormer's (L+1)/(2L) of vanilla."""
+    """Bytes of real KVCache tensors (batch 1, block_size long, in the run's dtype) for each mode
+    and n_kv_head, checked against the model's own formula and SVFormer's (L+1)/(2L) of vanilla."""
     L, max_len = cfg["n_layer"], cfg["block_size"]
     rows, vanilla = [], {}
-    mha = kv_cache_bytes(model_config(cfg, "vanilla", cfg["n_head"]), 1, max_len, ptdtype)  # reference
+    # reference
+    mha = kv_cache_bytes(model_config(cfg, "vanilla", cfg["n_head"]), 1, max_len, ptdtype)
     for h in cfg["kv_heads"]:
         for mode in VALUE_MODES:  # vanilla always, so svformer's ratio has its reference
             conf = model_config(cfg, mode, h)
@@ -253,8 +272,10 @@ def bench_cache(cfg, device, ptdtype):
             nbytes = cache.nbytes()
             if mode == "vanilla":
                 vanilla[h] = nbytes
-            rows.append({"mode": mode, "n_kv_head": h, "tensors": len(cache.keys) + len(cache.values),
-                         "bytes_per_token": nbytes // max_len, "bytes_full": nbytes, "max_len": max_len,
+            rows.append({"mode": mode, "n_kv_head": h,
+                         "tensors": len(cache.keys) + len(cache.values),
+                         "bytes_per_token": nbytes // max_len, "bytes_full": nbytes,
+                         "max_len": max_len,
                          "formula_matches": nbytes == kv_cache_bytes(conf, 1, max_len, ptdtype),
                          "vs_vanilla": nbytes / vanilla[h], "vs_vanilla_mha": nbytes / mha})
             del cache
@@ -278,13 +299,14 @@ def ratios_and_targets(result):
     if "vanilla" in modes:
         for mode in ("resformer", "svformer"):
             if mode in modes:
-                ratios[f"train_{mode}_vs_vanilla"] = modes[mode]["ms_per_step"] / modes["vanilla"]["ms_per_step"]
+                ratios[f"train_{mode}_vs_vanilla"] = (modes[mode]["ms_per_step"]
+                                                      / modes["vanilla"]["ms_per_step"])
     if de:
-        ratios["decode_cached_vs_uncached"] = {f"{r['mode']}_b{r['batch']}_c{r['context']}": r["speedup"]
-                                               for r in de["rows"]}
+        ratios["decode_cached_vs_uncached"] = {
+            f"{r['mode']}_b{r['batch']}_c{r['context']}": r["speedup"] for r in de["rows"]}
     if ca:
-        ratios["cache_svformer_vs_vanilla"] = {str(r["n_kv_head"]): r["vs_vanilla"] for r in ca["rows"]
-                                               if r["mode"] == "svformer"}
+        ratios["cache_svformer_vs_vanilla"] = {str(r["n_kv_head"]): r["vs_vanilla"]
+                                               for r in ca["rows"] if r["mode"] == "svformer"}
     on_cpu, on_cuda = result["device"] == "cpu", result["device"].startswith("cuda")
     on_hopper = on_cuda and any(name in result["device_name"] for name in ("H100", "H200"))
 
@@ -299,12 +321,15 @@ def ratios_and_targets(result):
     target("resformer step time within 3% of vanilla (CPU)", r, "<= 1.03", on_cpu)
     r = ratios.get("train_svformer_vs_vanilla")
     target("svformer step at least as fast as vanilla (CPU)", r, "<= 1.00", on_cpu)
-    at_1024 = [row["speedup"] for row in (de["rows"] if de else []) if row["context"] == 1024 and row["speedup"]]
+    at_1024 = [row["speedup"] for row in (de["rows"] if de else [])
+               if row["context"] == 1024 and row["speedup"]]
     r = min(at_1024) if at_1024 else None  # the worst mode and batch size
     target("cached decoding at 1024 context >= 5x recompute (CPU)", r, ">= 5", on_cpu)
     target("cached decoding at 1024 context >= 10x recompute (GPU)", r, ">= 10", on_cuda)
-    exact = [row["exact_svformer_ratio"] for row in (ca["rows"] if ca else []) if row["mode"] == "svformer"]
-    target("svformer cache bytes exactly (L+1)/(2L) of vanilla", ca["expected_svformer_ratio"] if ca else None,
+    exact = [row["exact_svformer_ratio"] for row in (ca["rows"] if ca else [])
+             if row["mode"] == "svformer"]
+    target("svformer cache bytes exactly (L+1)/(2L) of vanilla",
+           ca["expected_svformer_ratio"] if ca else None,
            "exact", met=all(exact) if exact else None)
     mfus = [m["mfu"] for m in modes.values() if m["mfu"] is not None]
     r = min(mfus) if mfus else None
@@ -312,23 +337,27 @@ def ratios_and_targets(result):
     return ratios, targets
 
 
-# ---- tables (printed as each part finishes: a slow run shows its progress; the JSON has it all) ----
+# ---- tables ----
+# (printed as each part finishes: a slow run shows its progress; the JSON has it all)
 
 def print_train(tr):
     print(f"\ntraining step: {tr['accumulation']} micro-step(s) of {tr['batch_size']} x "
           f"{tr['seq_len']} tokens, then AdamW; median of {tr['steps']} steps after "
           f"{tr['warmup_steps']} warm-up, compile={tr['compile']}")
-    print(f"{'mode':<10} {'params':>10} {'ms/step':>9} {'tokens/s':>10} {'vs vanilla':>10} {'MFU':>6} {'peak mem':>9}")
+    print(f"{'mode':<10} {'params':>10} {'ms/step':>9} {'tokens/s':>10} {'vs vanilla':>10} "
+          f"{'MFU':>6} {'peak mem':>9}")
     base = tr["modes"].get("vanilla", {}).get("ms_per_step")
     for mode, m in tr["modes"].items():
         rel = f"{m['ms_per_step'] / base:.3f}" if base else "-"
         mfu = f"{100 * m['mfu']:.1f}%" if m["mfu"] is not None else "-"
         mem = f"{m['peak_mem_bytes'] / 2**20:.0f}MiB" if m["peak_mem_bytes"] is not None else "-"
-        print(f"{mode:<10} {m['params']:>10,} {m['ms_per_step']:>9.1f} {m['tokens_per_s']:>10,.0f} {rel:>10} {mfu:>6} {mem:>9}")
+        print(f"{mode:<10} {m['params']:>10,} {m['ms_per_step']:>9.1f} {m['tokens_per_s']:>10,.0f} "
+              f"{rel:>10} {mfu:>6} {mem:>9}")
 
 
 def print_decode_header(cfg):
-    skipped = f"; skipped contexts {cfg['skipped_contexts']} > block_size" if cfg["skipped_contexts"] else ""
+    skipped = (f"; skipped contexts {cfg['skipped_contexts']} > block_size"
+               if cfg["skipped_contexts"] else "")
     print(f"\ndecoding: {cfg['decode_tokens']} new tokens, greedy; tok/s after the first token, "
           f"e2e = speedup including the prompt's prefill{skipped}; same = equal tokens in this "
           f"dtype; fp32 err = largest cached vs full-forward logit difference in float32 "
@@ -347,11 +376,13 @@ def print_decode_row(r):
 def print_cache(ca):
     print(f"\nKV cache: batch 1, {ca['max_len']} tokens, {ca['dtype']}, live tensor bytes "
           f"(svformer expected {ca['expected_svformer_ratio']:.4f} of vanilla)")
-    print(f"{'mode':<10} {'kv_heads':>8} {'tensors':>7} {'bytes/token':>11} {'at full ctx':>13} {'vs vanilla':>10} {'vs MHA':>7} {'exact':>5}")
+    print(f"{'mode':<10} {'kv_heads':>8} {'tensors':>7} {'bytes/token':>11} {'at full ctx':>13} "
+          f"{'vs vanilla':>10} {'vs MHA':>7} {'exact':>5}")
     for r in ca["rows"]:
         exact = "-" if r["exact_svformer_ratio"] is None else str(r["exact_svformer_ratio"])
         print(f"{r['mode']:<10} {r['n_kv_head']:>8} {r['tensors']:>7} {r['bytes_per_token']:>11,} "
-              f"{r['bytes_full']:>13,} {r['vs_vanilla']:>10.4f} {r['vs_vanilla_mha']:>7.4f} {exact:>5}")
+              f"{r['bytes_full']:>13,} {r['vs_vanilla']:>10.4f} {r['vs_vanilla_mha']:>7.4f} "
+              f"{exact:>5}")
 
 
 def print_targets(targets):
@@ -366,7 +397,8 @@ def print_targets(targets):
 def main(argv):
     t_start = time.time()
     cfg = resolve(parse_args(SETTINGS, argv, USAGE))
-    # as train.py: float32 weights, bf16/fp16 compute under autocast (the cache takes autocast's dtype)
+    # as train.py: float32 weights, bf16/fp16 compute under autocast
+    # (the cache takes autocast's dtype)
     device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
     if cfg["threads"] > 0:
         torch.set_num_threads(cfg["threads"])
@@ -374,13 +406,15 @@ def main(argv):
     ptdtype = getattr(torch, dtype)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     result = {"config": {k: v for k, v in cfg.items()}, "device": device, "dtype": dtype,
-              "device_name": torch.cuda.get_device_name(device) if device_type == "cuda" else device,
+              "device_name": (torch.cuda.get_device_name(device) if device_type == "cuda"
+                              else device),
               "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "model": {k: cfg[k] for k in ("n_layer", "n_head", "n_kv_head", "n_embd", "vocab_size", "bias",
-                                            "block_size", "value_mode")},
+              "model": {k: cfg[k] for k in ("n_layer", "n_head", "n_kv_head", "n_embd",
+                                            "vocab_size", "bias", "block_size", "value_mode")},
               "train": None, "decode": None, "cache": None}
     print(f"{cfg['n_layer']} layers x {cfg['n_embd']}, block_size {cfg['block_size']}, "
-          f"{device} ({result['device_name']}) {dtype}, torch {torch.__version__}, {result['threads']} threads", flush=True)
+          f"{device} ({result['device_name']}) {dtype}, torch {torch.__version__}, "
+          f"{result['threads']} threads", flush=True)
     if "train" in cfg["parts"]:
         result["train"] = bench_train(cfg, device, dtype, autocast)
         print_train(result["train"])
