@@ -34,8 +34,7 @@ import plots
 import shards
 from analysis import analyse, crossing, internals, paired_stats, verdict
 from configurator import (TRAIN_SETTINGS, ConfigError, defaults_of, given_keys, load_config,
-                          parse_args,
-                          parse_list)
+                          parse_args, parse_list)
 from model import GPT, load_checkpoint
 
 COMPARE_SETTINGS = dict(

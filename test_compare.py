@@ -248,8 +248,8 @@ def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tm
 
 def test_sweep_reports_the_paired_difference_at_each_point(data_dir, tmp_path):
     out = tmp_path / "sweep"
-    assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1", "--less_data=0",
-                                "--modes=vanilla,resformer",
+    assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1",
+                                "--less_data=0", "--modes=vanilla,resformer",
                                 "--sweep=n_layer=1:max_iters=2,n_layer=3:max_iters=1"]) == 0
     sweep = json.load(open(out / "results.json"))["sweep"]
     assert set(sweep) == {"n_layer=1_max_iters=2", "n_layer=3_max_iters=1"}
