@@ -19,6 +19,7 @@ import json
 import math
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -26,7 +27,6 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import prepare
 import shards
 from configurator import TRAIN_SETTINGS, ConfigError, defaults_of, given_keys, parse_args
 from model import (CHECKPOINT_FORMAT, GPT, GPTConfig, gpu_peak_flops, load_checkpoint,
@@ -221,6 +221,13 @@ def full_split_loss(model, token_shards, block_size, batch_size, device, autocas
     return (sums[0] / sums[1]).item(), int(sums[1].item())
 
 
+def prepare_default_dataset():
+    """The quickstart's first run: `python prepare.py` as a program (no script imports another)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prepare.py")
+    if subprocess.run([sys.executable, script]).returncode != 0:
+        raise ConfigError("python prepare.py failed (see above); run it yourself to see why")
+
+
 def train(cfg, given=None):
     """Run one training job; returns a summary dict with the trained model (tests use it).
     given: the settings named on the command line (what --resume changes); None = all of cfg."""
@@ -273,7 +280,7 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     if (cfg["dataset"] == DEFAULTS["dataset"]
             and not os.path.exists(os.path.join(data_dir, "meta.json")) and master):
         print(f"{data_dir} is not prepared yet: running python prepare.py (once, offline)")
-        prepare.prepare()
+        prepare_default_dataset()
     if ddp:
         dist.barrier()
     meta = shards.load_meta(data_dir)
