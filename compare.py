@@ -3,7 +3,7 @@ The paper's comparison, settled with paired statistics: train vanilla, ResFormer
 the same data with the same seeds (same initial RNG state, same batches) and report, per variant,
 the per-seed difference to vanilla, its mean, a 95% t interval and the wins.
 
-    # config/compare.py: 3 seeds, about 40 min on 2 cores
+    # config/compare.py: 3 seeds x (vanilla, ResFormer, SVFormer, ResFormer on 85% of the tokens)
     python compare.py
     # the headline pair (+ ResFormer on 85% of the tokens)
     python compare.py --modes=vanilla,resformer
