@@ -15,6 +15,7 @@ Every log line also goes to out_dir/log.jsonl; checkpoints are written atomicall
 out_dir/ckpt.pt.
 The settings and their defaults live in configurator.py (TRAIN_SETTINGS).
 """
+import dataclasses
 import json
 import math
 import os
@@ -33,8 +34,8 @@ from model import (CHECKPOINT_FORMAT, GPT, GPTConfig, gpu_peak_flops, load_check
                    optimizer_step, setup_device)
 
 DEFAULTS = defaults_of(TRAIN_SETTINGS)
-MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_kv_head", "n_embd", "bias", "value_mode",
-              "learnable_lambda")
+# the settings that shape the weights: a resumed run cannot change them (dropout it can)
+MODEL_KEYS = {f.name for f in dataclasses.fields(GPTConfig)} - {"dropout", "vocab_size"}
 USAGE = "usage: python train.py [config/preset.py ...] [--key=value ...]"
 
 try:
