@@ -100,6 +100,9 @@ def parse_seeds(text, first_seed):
     if len(parts) == 1 and "," not in str(text):
         if int(parts[0]) < 1:
             raise ConfigError(f"--seeds={text}: need at least one seed")
+        if int(parts[0]) > 50:  # surely meant as the seed itself
+            raise ConfigError(f"--seeds={text} asks for {text} seeds: for the one seed {text} "
+                              f"write --seeds={text}, (a list) or --seed={text} --seeds=1")
         return [first_seed + i for i in range(int(parts[0]))]
     return [int(p) for p in parts]
 
@@ -415,6 +418,8 @@ def main(argv):
     root = cfg["out_dir"]
     os.makedirs(root, exist_ok=True)
     grid = build_grid(cfg, modes, seeds, points or [("", {})], root)
+    if cfg["dataset"] == TRAIN_SETTINGS["dataset"][0]:
+        shards.prepare_default(shards.dataset_dir(cfg["dataset"]))  # once, not once per run
     print(f"{len(grid)} runs ({len(modes)} variants x {len(seeds)} seeds "
           f"x {max(len(points), 1)} points), {jobs} at a time, in {root}", flush=True)
     t_start = time.time()

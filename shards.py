@@ -16,6 +16,8 @@ import glob
 import hashlib
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 
@@ -260,3 +262,15 @@ def load_meta(data_dir):
                        "shards": named}
     except (ValueError, KeyError, TypeError) as e:
         raise DataError(f"{path}: unreadable meta.json ({e}): re-run prepare.py") from None
+
+
+def prepare_default(data_dir):
+    """The default dataset's first use: `python prepare.py` as a program, once (train.py and
+    compare.py both call this; compare.py before it starts runs side by side, which would
+    otherwise race for prepare.lock)."""
+    if os.path.exists(os.path.join(data_dir, "meta.json")):
+        return
+    print(f"{data_dir} is not prepared yet: running python prepare.py (once, offline)", flush=True)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prepare.py")
+    if subprocess.run([sys.executable, script]).returncode != 0:
+        raise DataError("python prepare.py failed (see above); run it yourself to see why")

@@ -202,8 +202,11 @@ def test_modes_and_seeds_parsing():
     # what the configurator makes of --seeds=1,2,5
     assert compare.parse_seeds("(1, 2, 5)", 10) == [1, 2, 5]
     assert compare.parse_seeds("(7,)", 10) == [7]
+    assert compare.parse_seeds("102,", 10) == [102]
     with pytest.raises(ValueError):
         compare.parse_seeds("three", 1)
+    with pytest.raises(ValueError, match="--seed=102 --seeds=1"):
+        compare.parse_seeds("102", 1)  # a count this big is a seed typed as a count
 
 
 def test_compare_settings_do_not_shadow_train_settings(tmp_path):

@@ -478,3 +478,19 @@ def test_directory_input_reads_txt_and_md(tmp_path, capsys):
     text = shards.get_tokenizer("byte").decode(tokens)
     assert "alpha" in text and "# beta" in text and "gamma" not in text and "delta" not in text
     assert shards.load_meta(out)["documents"] == 2
+
+
+def test_prepare_default_runs_prepare_once(tmp_path, monkeypatch):
+    # train.py and compare.py call this; compare.py once before its side-by-side runs
+    monkeypatch.chdir(tmp_path)
+    data_dir = shards.dataset_dir("shakespeare_byte")
+    shards.prepare_default(data_dir)
+    assert shards.load_meta(data_dir)["train_tokens"] > 0
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
+    shards.prepare_default(data_dir)  # prepared: nothing runs
+    assert calls == []
+    os.remove(os.path.join(data_dir, "meta.json"))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1))
+    with pytest.raises(DataError, match="python prepare.py failed"):
+        shards.prepare_default(data_dir)

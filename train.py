@@ -20,7 +20,6 @@ import json
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -222,13 +221,6 @@ def full_split_loss(model, token_shards, block_size, batch_size, device, autocas
     return (sums[0] / sums[1]).item(), int(sums[1].item())
 
 
-def prepare_default_dataset():
-    """The quickstart's first run: `python prepare.py` as a program (no script imports another)."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prepare.py")
-    if subprocess.run([sys.executable, script]).returncode != 0:
-        raise ConfigError("python prepare.py failed (see above); run it yourself to see why")
-
-
 def train(cfg, given=None):
     """Run one training job; returns a summary dict with the trained model (tests use it).
     given: the settings named on the command line (what --resume changes); None = all of cfg."""
@@ -278,10 +270,8 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
 
     # ---- data ----
     data_dir = shards.dataset_dir(cfg["dataset"])
-    if (cfg["dataset"] == DEFAULTS["dataset"]
-            and not os.path.exists(os.path.join(data_dir, "meta.json")) and master):
-        print(f"{data_dir} is not prepared yet: running python prepare.py (once, offline)")
-        prepare_default_dataset()
+    if cfg["dataset"] == DEFAULTS["dataset"] and master:
+        shards.prepare_default(data_dir)
     if ddp:
         dist.barrier()
     meta = shards.load_meta(data_dir)
