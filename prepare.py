@@ -21,7 +21,7 @@ the corpus pipeline and its CLI.
 Validation: whole documents (or pieces of a text file, cut small enough that a single file's val
 share comes out close to it), about one in 1/val_fraction. --val_tokens=N instead makes the first
 N tokens val. FineWeb-Edu does that by default with N = 100M, like llm.c's first shard: 10% of its
-10B tokens would take 1B tokens from training.
+10B tokens would take 1B tokens from training. An explicit --val_fraction overrides that.
 
 Re-preparing is crash-safe: the new shards get new names (<name>.gen-2_train_000000.bin, ...),
 then one atomic replace of meta.json, which names the shards, switches readers over; only then do
@@ -50,7 +50,7 @@ from collections import deque
 
 import numpy as np
 
-from configurator import TRAIN_SETTINGS, ConfigError, parse_args
+from configurator import TRAIN_SETTINGS, ConfigError, given_keys, parse_args
 from shards import (DATA_ROOT, DATASETS, DataError, get_tokenizer, load_meta, shard_dtype,
                     write_shard)
 
@@ -586,6 +586,8 @@ def main(argv):
         if arg not in settings:
             raise ConfigError(f"{arg}: prepare.py takes only --key=value settings "
                               f"(for your text: --input={arg})")
+    if "val_fraction" in given_keys(settings) and cfg["val_tokens"] is None:
+        cfg["val_tokens"] = 0  # an explicit --val_fraction wins over fineweb_edu's fixed val size
     out_dir = prepare(**cfg | {"input": cfg["input"] or None, "name": cfg["name"] or None})
     meta = load_meta(out_dir)
     print(f"wrote {out_dir}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens, "

@@ -494,3 +494,18 @@ def test_prepare_default_runs_prepare_once(tmp_path, monkeypatch):
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1))
     with pytest.raises(DataError, match="python prepare.py failed"):
         shards.prepare_default(data_dir)
+
+
+@pytest.mark.parametrize("args, val_tokens", [
+    (["--dataset=fineweb_edu"], None),  # None: prepare() uses FineWeb's fixed val size
+    (["--dataset=fineweb_edu", "--val_fraction=0.2"], 0),  # the user's fraction wins
+    (["--dataset=fineweb_edu", "--val_fraction=0.2", "--val_tokens=500"], 500)])
+def test_cli_explicit_val_fraction_wins_for_fineweb(tmp_path, monkeypatch, args, val_tokens):
+    seen = {}
+    def fake_prepare(**kw):
+        seen.update(kw)
+        raise DataError("stop here")
+    monkeypatch.setattr(prepare, "prepare", fake_prepare)
+    with pytest.raises(DataError, match="stop here"):
+        prepare.main(args)
+    assert seen["val_tokens"] == val_tokens
