@@ -108,9 +108,21 @@ def loss_figure(plt, root, results):
     return save(plt, fig, os.path.join(root, "loss.png"))
 
 
+def point_label(point):
+    """'learning_rate=2e-3_min_lr=2e-4' -> one setting per line (a piece without '=' is part of
+    the next key: the folder name joined settings with '_')."""
+    lines, key = [], []
+    for piece in point.split("_"):
+        key.append(piece)
+        if "=" in piece:
+            lines.append("_".join(key))
+            key = []
+    return "\n".join(lines + (["_".join(key)] if key else []))
+
+
 def sweep_figure(plt, root, sweep):
-    """Paired difference to vanilla at each sweep point, with the 95% interval
-    where there is one."""
+    """Paired difference to vanilla at each sweep point: each seed as a dot, the mean as a line,
+    and the 95% interval where there are 3 seeds or more (with 2 it spans t = 12.7 errors)."""
     fig, ax = plt.subplots(figsize=(6, 4))
     points = list(sweep)
     names = sorted({n for p in sweep.values() for n, r in p.items() if "paired" in r})
@@ -120,13 +132,16 @@ def sweep_figure(plt, root, sweep):
             r = sweep[point].get(name)
             if r and "paired" in r:
                 p = r["paired"]
-                xs.append(i + 0.08 * k)
+                x = i + 0.08 * k
+                xs.append(x)
                 means.append(p["mean"])
-                errs.append(0 if p["interval"] is None else p["interval"][1] - p["mean"])
-        ax.errorbar(xs, means, yerr=errs, marker="o", capsize=3, label=name)
+                errs.append(p["interval"][1] - p["mean"] if p["n"] >= 3 else 0)
+                ax.scatter([x] * p["n"], p["differences"], s=12, color=f"C{k}", alpha=0.5)
+        ax.errorbar(xs, means, yerr=errs, marker="o", capsize=3, color=f"C{k}",
+                    label=f"{name} (dots: seeds; line: mean)")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(range(len(points)))
-    ax.set_xticklabels([p.replace("_", "\n") for p in points], fontsize=8)
+    ax.set_xticklabels([point_label(p) for p in points], fontsize=8)
     ax.set(ylabel="val loss minus vanilla (below 0 = better)",
            title="Gain over vanilla across the sweep")
     return save(plt, fig, os.path.join(root, "sweep.png"))

@@ -261,3 +261,10 @@ def test_sweep_reports_the_paired_difference_at_each_point(data_dir, tmp_path):
     assert len(sweep["n_layer=3_max_iters=1"]["resformer"]["attention_entropy"]) == 3
     assert "## Sweep" in (out / "results.md").read_text()
     assert (out / "sweep.png").is_file() == _has_matplotlib()
+
+
+def test_sweep_point_labels_one_setting_per_line():
+    import plots
+    assert plots.point_label("learning_rate=2e-3_min_lr=2e-4") == "learning_rate=2e-3\nmin_lr=2e-4"
+    assert plots.point_label("n_layer=4_max_iters=1600") == "n_layer=4\nmax_iters=1600"
+    assert plots.point_label("n_layer=4") == "n_layer=4"
