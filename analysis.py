@@ -60,6 +60,66 @@ def crossing(tokens, losses, target):
     return None
 
 
+# ---- the learning-rate search ----
+
+FINEST_LR_STEP = math.sqrt(2)  # neighbours of the best learning rate are at most this far apart
+
+
+def round_lr(lr):
+    """3 significant digits: grid points computed two ways (x1.414 up, /1.414 down) agree."""
+    return float(f"{lr:.3g}")
+
+
+def next_lr(mean_loss, lowest, highest):
+    """The learning rate to try next so the best one is bracketed, or None when it is.
+
+    mean_loss: {lr: mean final loss over the search seeds}, inf for a diverged run (it counts as
+    worse, not as an error). The best lr must have a worse neighbour on both sides, each at most
+    FINEST_LR_STEP away: an edge optimum extends the grid on that side by the edge's own step
+    (never past lowest/highest, the cap: then the search stops unbracketed), a coarse step next
+    to the optimum gets its midpoint. Last, the grid reaches twice the best lr, so how fast a
+    variant degrades above its optimum is measured, not guessed.
+    """
+    lrs = sorted(mean_loss)
+    i = min(range(len(lrs)), key=lambda j: (mean_loss[lrs[j]], j))
+    below, above = lrs[0] ** 2 / lrs[1], lrs[-1] ** 2 / lrs[-2]  # one edge step further out
+    if i == 0:
+        return round_lr(below) if below >= lowest * 0.999 else None
+    if i == len(lrs) - 1:
+        return round_lr(above) if above <= highest * 1.001 else None
+    for j in (i - 1, i + 1):
+        if max(lrs[i], lrs[j]) / min(lrs[i], lrs[j]) > FINEST_LR_STEP * 1.01:
+            return round_lr(math.sqrt(lrs[i] * lrs[j]))
+    if lrs[-1] < 2 * lrs[i] * 0.99 and math.isfinite(mean_loss[lrs[-1]]) \
+            and above <= highest * 1.001:
+        return round_lr(above)
+    return None
+
+
+def bracketed(mean_loss):
+    """True when the best lr has a neighbour on each side (and so a worse one on each side)."""
+    lrs = sorted(mean_loss)
+    best = min(lrs, key=lambda lr: mean_loss[lr])
+    return 0 < lrs.index(best) < len(lrs) - 1
+
+
+def lr_range(mean_loss, within=0.02):
+    """How forgiving a variant is: (lowest, highest) lr whose mean loss is within `within` of
+    the best, and the loss at twice the best lr (log-lr interpolation; None off the grid)."""
+    lrs = sorted(lr for lr in mean_loss if math.isfinite(mean_loss[lr]))
+    best = min(lrs, key=lambda lr: mean_loss[lr])
+    good = [lr for lr in lrs if mean_loss[lr] <= mean_loss[best] + within]
+    at_double, target = None, math.log(2 * best)
+    everything = sorted(mean_loss)
+    for lo, hi in zip(everything, everything[1:]):
+        if math.log(lo) - 1e-3 <= target <= math.log(hi) + 1e-3:
+            w = (target - math.log(lo)) / (math.log(hi) - math.log(lo))
+            at_double = (mean_loss[lo] if w < 0.01 else mean_loss[hi] if w > 0.99
+                         else (1 - w) * mean_loss[lo] + w * mean_loss[hi])  # inf: it diverged
+            break
+    return {"good_lrs": [good[0], good[-1]], "loss_at_double": at_double}
+
+
 # ---- the two analysis measures (the paper's official definitions) ----
 
 def attention_entropy(att):

@@ -12,6 +12,9 @@ the per-seed difference to vanilla, its mean, a 95% t interval and the wins.
     python compare.py --sweep="n_layer=4:max_iters=1600,n_layer=16:max_iters=800" \
         --seeds=1 --less_data=0
     python compare.py config/quickstart.py --seeds=1337,42    # any preset, listed seeds
+    # the fair test: each variant's best peak lr (bracketed search on seeds 1, 2), then
+    # ResFormer vs vanilla each at its own best, and both at vanilla's best (the paper's protocol)
+    python compare.py --tune --modes=vanilla,resformer --seeds=3001,3002,3003,3004
 
 A mode is a value mode with optional suffixes `_learnable` (ResFormer, learned lambdas) and `_kvN`
 (N key/value heads), then optional `:key=value` settings for that variant alone. Every run is
@@ -32,7 +35,8 @@ import torch
 
 import plots
 import shards
-from analysis import analyse, crossing, internals, paired_stats, verdict
+from analysis import (analyse, bracketed, crossing, internals, lr_range, next_lr, paired_stats,
+                      round_lr, verdict)
 from configurator import (TRAIN_SETTINGS, ConfigError, defaults_of, given_keys, load_config,
                           parse_args, parse_list)
 from model import GPT, load_checkpoint
@@ -49,6 +53,13 @@ COMPARE_SETTINGS = dict(
         "only plot the log.jsonl of these run folders (e.g. out,out2) into plot_path, then exit"),
     plot_path=("runs.png", "the picture --plot writes"),
     analysis_samples=(64, "held-out windows for attention entropy and token similarity"),
+    tune=(False, "first find each variant's best peak learning rate, then compare each at its "
+                 "own best and (the paper's protocol) all at vanilla's best"),
+    tune_lrs=("6e-3,8.5e-3,1.2e-2,1.7e-2,2.4e-2",
+              "--tune: starting grid of peak learning rates (min_lr follows the preset's ratio)"),
+    tune_seeds=("1,2", "--tune: seeds of the search (a count from 1, or a list); "
+                       "never the reported --seeds"),
+    tune_extend=(4, "--tune: at most this many learning rates added beyond each end of the grid"),
 )
 SETTINGS = {**TRAIN_SETTINGS, "out_dir": ("out-compare", "root of the comparison"),
             **COMPARE_SETTINGS}
@@ -188,14 +199,28 @@ def summarise(cfg, run_dir, samples, threads):
     return summary
 
 
-def run_grid(grid, jobs, samples):
+def diverged_summary(cfg, run_dir):
+    """summary.json of a run whose loss stopped being finite: a result (worse than any finite
+    loss), reused like a finished run."""
+    summary = {"config": cfg, "status": "diverged", "val_loss_full": None}
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    return summary
+
+
+def final_loss(summary):
+    return summary["val_loss_full"] if summary["status"] == "done" else float("inf")
+
+
+def run_grid(grid, jobs, samples, quiet_reuse=False):
     """Train every (name, seed, point, cfg) not finished yet, `jobs` at a time;
     returns summaries by key."""
     summaries, todo = {}, []
     for key, cfg in grid:
         done = finished(cfg, cfg["out_dir"])
         if done:
-            print(f"reusing {cfg['out_dir']} (same settings, finished)")
+            if not quiet_reuse:
+                print(f"reusing {cfg['out_dir']} (same settings, finished)")
             summaries[key] = {**done, "reused": True}
         else:
             todo.append((key, cfg))
@@ -232,6 +257,10 @@ def run_grid(grid, jobs, samples):
                       f"({elapsed:.1f} min so far)", flush=True)
             elif process.returncode == 130:
                 interrupted = True
+            elif any(r["kind"] == "diverged" for r in read_log(cfg["out_dir"])):
+                summaries[key] = diverged_summary(cfg, cfg["out_dir"])
+                print(f"    diverged {cfg['out_dir']} (counts as worse than any finite loss)",
+                      flush=True)
             else:
                 failed.append(cfg["out_dir"])
                 tail = (open(os.path.join(cfg["out_dir"], "train.out")).read()
@@ -261,6 +290,72 @@ def build_grid(cfg, modes, seeds, points, root):
     return grid
 
 
+# ---- the learning-rate search (--tune) ----
+
+def lr_settings(cfg, lr):
+    """A peak learning rate with min_lr following it (the preset's ratio)."""
+    return {"learning_rate": lr, "min_lr": round_lr(lr * cfg["min_lr"] / cfg["learning_rate"])}
+
+
+def at_lr(grid, root, sub=""):
+    """The grid's runs in folders named by variant, peak lr and seed (root/sub/), so a run
+    shared by two protocols (vanilla at its best lr) is one run."""
+    renamed = []
+    for (name, seed, point), run in grid:
+        folder = re.sub(r"[^A-Za-z0-9_.=-]+", "-", f"{name}_lr{run['learning_rate']:g}_seed{seed}")
+        renamed.append(((name, seed, point), {**run, "out_dir": os.path.join(root, sub, folder)}))
+    return renamed
+
+
+def search_lrs(cfg, modes, root, jobs, samples):
+    """Each variant's best peak learning rate, bracketed (analysis.next_lr): train the grid on
+    the search seeds, add the point next_lr asks for, repeat until no variant asks for more.
+    Returns ({name: {lr: [final loss per search seed]}}, interrupted, failed)."""
+    start = sorted({round_lr(lr) for lr in parse_list(cfg["tune_lrs"], float)})
+    if len(start) < 2 or start[0] <= 0:
+        raise ConfigError(f"--tune_lrs={cfg['tune_lrs']}: give at least two positive learning "
+                          "rates, e.g. 6e-3,8.5e-3,1.2e-2")
+    lowest = start[0] / (start[1] / start[0]) ** cfg["tune_extend"]
+    highest = start[-1] * (start[-1] / start[-2]) ** cfg["tune_extend"]
+    seeds = parse_seeds(cfg["tune_seeds"], 1)
+    reported = set(parse_seeds(cfg["seeds"], cfg["seed"]))
+    if reported & set(seeds):
+        raise ConfigError(f"--tune_seeds and --seeds share {sorted(reported & set(seeds))}: "
+                          "the reported seeds must not be the ones the learning rate was picked on")
+    lrs = {name: list(start) for name, _ in modes}
+    round_no = 0
+    while True:
+        round_no += 1
+        search = {name: [(name, {**overrides, **lr_settings(cfg, lr)}) for lr in lrs[name]]
+                  for name, overrides in modes}
+        grid = at_lr(build_grid(cfg, [m for ms in search.values() for m in ms], seeds,
+                                [("", {})], root), root, "lr_search")
+        grid = [((name, seed, run["learning_rate"]), run) for (name, seed, _), run in grid]
+        todo = sum(1 for _, run in grid if not finished(run, run["out_dir"]))
+        print(f"lr search, round {round_no}: {len(grid)} runs ({todo} to train) on seeds "
+              f"{seeds}", flush=True)
+        summaries, interrupted, failed = run_grid(grid, jobs, samples, quiet_reuse=True)
+        if interrupted or failed:
+            return None, interrupted, failed
+        losses = {name: {lr: [final_loss(summaries[name, s, lr]) for s in seeds]
+                         for lr in lrs[name]} for name in lrs}
+        added = False
+        for name in lrs:
+            new_lr = next_lr({lr: float(np.mean(v)) for lr, v in losses[name].items()},
+                             lowest, highest)
+            if new_lr is not None and new_lr not in lrs[name]:
+                print(f"    {name}: best lr not bracketed yet, adding {new_lr:g}", flush=True)
+                lrs[name].append(new_lr)
+                added = True
+        if not added:
+            return losses, False, []
+
+
+def best_lrs(search):
+    """{name: the lr of the lowest mean final loss over the search seeds}."""
+    return {name: min(by_lr, key=lambda lr: np.mean(by_lr[lr])) for name, by_lr in search.items()}
+
+
 def add_less_data(modes, cfg):
     """The paper's data-efficiency test: ResFormer trained on less_data of the tokens,
     its own schedule."""
@@ -270,9 +365,10 @@ def add_less_data(modes, cfg):
         raise ConfigError(f"--less_data={cfg['less_data']}: a share between 0 and 1 (e.g. 0.85), "
                           "or 0 for off")
     steps = round(cfg["less_data"] * cfg["max_iters"])
+    resformer = dict(modes).get("resformer",
+                                dict(value_mode="resformer", learnable_lambda=False, n_kv_head=0))
     extra = [(f"resformer:max_iters={steps}",
-              dict(value_mode="resformer", learnable_lambda=False, n_kv_head=0,
-                   max_iters=steps, lr_decay_iters=steps))]
+              {**resformer, "max_iters": steps, "lr_decay_iters": steps})]
     return modes + [m for m in extra if m[0] not in dict(modes)]
 
 
@@ -283,7 +379,8 @@ def per_mode(summaries, names, seeds, point):
     against vanilla."""
     results = {}
     for name in names:
-        runs = {s: summaries[name, s, point] for s in seeds if (name, s, point) in summaries}
+        runs = {s: summaries[name, s, point] for s in seeds
+                if summaries.get((name, s, point), {}).get("status") == "done"}
         if not runs:
             continue
         finals = [r["val_loss_full"] for r in runs.values()]
@@ -326,13 +423,43 @@ def fmt_interval(stats):
             else f"[{stats['interval'][0]:+.4f}, {stats['interval'][1]:+.4f}]")
 
 
-def write_tables(root, results, sweep, info):
+def search_table(search, seeds):
+    """The learning-rate search as markdown: mean final loss per lr and variant, the best in
+    bold, whether it is bracketed, and how wide the good range is."""
+    lrs = sorted({lr for by_lr in search.values() for lr in by_lr})
+    md = [f"\n## Learning-rate search (seeds {seeds}, never the reported ones)\n",
+          "Mean final val loss over the search seeds at each peak lr (min_lr follows; "
+          "inf = diverged). Best in bold; good range = the lrs within 0.02 of the best.\n",
+          "| variant | " + " | ".join(f"{lr:g}" for lr in lrs) +
+          " | best lr | bracketed | good range | loss at 2x best |",
+          "|---" * (len(lrs) + 5) + "|"]
+    for name, by_lr in search.items():
+        means = {lr: float(np.mean(v)) for lr, v in by_lr.items()}
+        best = min(means, key=means.get)
+        spread = lr_range(means)
+        double = spread["loss_at_double"]
+        cells = [("-" if lr not in means else f"**{means[lr]:.4f}**" if lr == best
+                  else f"{means[lr]:.4f}") for lr in lrs]
+        md.append(f"| {name} | " + " | ".join(cells) + f" | {best:g} | "
+                  f"{'yes' if bracketed(means) else 'NO (grid capped)'} | "
+                  f"{spread['good_lrs'][0]:g} - {spread['good_lrs'][1]:g} | " +
+                  ("not measured" if double is None else f"{double:.4f}") + " |")
+    return md
+
+
+def write_tables(root, results, sweep, info, search=None):
     with open(os.path.join(root, "results.json"), "w") as f:
-        json.dump({"info": info, "modes": results, "sweep": sweep}, f, indent=1)
+        json.dump({"info": info, "modes": results, "sweep": sweep,
+                   "lr_search": {n: {f"{lr:g}": v for lr, v in by_lr.items()}
+                                 for n, by_lr in (search or {}).items()}}, f, indent=1)
     reused = f" ({info['reused']} of {info['runs']} runs reused)" if info["reused"] else ""
+    tuned = ("" if not search else
+             "Each variant at its own best peak learning rate (" +
+             ", ".join(f"{n} {lr:g}" for n, lr in info["best_lrs"].items()) +
+             f"), found on the search seeds {info['tune_seeds']}; the search is below.\n")
     md = ["# Value residual comparison\n",
           f"`{info['command']}` — {info['hardware']}, {info['jobs']} run(s) side "
-          f"by side, {info['wall_min']:.1f} min{reused}\n",
+          f"by side, {info['wall_min']:.1f} min{reused}\n", tuned,
           f"Final val loss = the whole validation split, every token once. Seeds {info['seeds']}: "
           f"same seed = same initial weights' RNG and the same batches in every mode. "
           f"Paired difference = variant - vanilla per seed; "
@@ -378,8 +505,11 @@ def write_tables(root, results, sweep, info):
                "| layer | lambda_1 (V_1) | lambda_2 (V_n) |",
                "|---|---|---|"] + [f"| {i + 2} | {a:.3f} | {b:.3f} |"
                                    for i, (a, b) in enumerate(lambdas)]
+    if search:
+        md += search_table(search, info["tune_seeds"])
     if sweep:
-        md += ["\n## Sweep: paired difference to vanilla at each point\n",
+        md += ["\n## The paper's protocol: every variant at vanilla's best learning rate\n"
+               if search else "\n## Sweep: paired difference to vanilla at each point\n",
                "| point | variant | vanilla val loss | variant val loss | mean diff | 95% interval "
                "| wins |",
                "|---|---|---|---|---|---|---|"]
@@ -406,43 +536,74 @@ def main(argv):
     if cfg["resume"]:
         raise ConfigError("compare.py takes no --resume: run the same command again; "
                           "finished runs are reused and stopped ones resume from their checkpoints")
-    modes, seeds = (add_less_data(parse_modes(cfg["modes"]), cfg),
-                    parse_seeds(cfg["seeds"], cfg["seed"]))
+    modes, seeds = parse_modes(cfg["modes"]), parse_seeds(cfg["seeds"], cfg["seed"])
     points = [(p.replace(":", "_"), parse_overrides(p, f"--sweep point {p!r}"))
               for p in parse_list(cfg["sweep"])]
     if cfg["analysis_samples"] < 1:
         raise ConfigError("--analysis_samples must be at least 1")
+    if cfg["tune"] and points:
+        raise ConfigError("--tune and --sweep do not combine: search each sweep point's "
+                          "learning rates with its own --tune run (its settings as overrides)")
     device = (cfg["device"] if cfg["device"] != "auto"
               else "cuda" if torch.cuda.is_available() else "cpu")
     jobs = cfg["jobs"] or (1 if device.startswith("cuda") else os.cpu_count() or 1)
     root = cfg["out_dir"]
     os.makedirs(root, exist_ok=True)
-    grid = build_grid(cfg, modes, seeds, points or [("", {})], root)
     if cfg["dataset"] == TRAIN_SETTINGS["dataset"][0]:
         shards.prepare_default(shards.dataset_dir(cfg["dataset"]))  # once, not once per run
-    print(f"{len(grid)} runs ({len(modes)} variants x {len(seeds)} seeds "
-          f"x {max(len(points), 1)} points), {jobs} at a time, in {root}", flush=True)
-    t_start = time.time()
-    summaries, interrupted, failed = run_grid(grid, jobs, cfg["analysis_samples"])
+    t_start, search, best = time.time(), None, None
+    if cfg["tune"]:
+        search, interrupted, failed = search_lrs(cfg, modes, root, jobs, cfg["analysis_samples"])
+        if interrupted or failed:
+            return stopped(root) if interrupted else 1
+        best = best_lrs(search)
+        print("best peak learning rates: " + ", ".join(f"{n} {lr:g}" for n, lr in best.items()))
+        # the fair protocol: each variant at its own best; the paper's: all at vanilla's best
+        protocols = [("", best)] + ([("paper", {n: best["vanilla"] for n in best})]
+                                    if "vanilla" in best else [])
+        grid = []
+        for label, lr_of in protocols:
+            at_own = add_less_data([(n, {**o, **lr_settings(cfg, lr_of[n])}) for n, o in modes],
+                                   cfg)
+            grid += at_lr(build_grid(cfg, at_own, seeds, [(label, {})], root), root)
+        modes, points = at_own, [p for p in protocols[1:2]]
+    else:
+        modes = add_less_data(modes, cfg)
+        grid = build_grid(cfg, modes, seeds, points or [("", {})], root)
+    unique = {}  # a run two protocols share (vanilla at its best lr) trains once
+    for key, run in grid:
+        unique.setdefault(run["out_dir"], (key, run))
+    print(f"{len(unique)} runs ({len(modes)} variants x {len(seeds)} seeds "
+          f"x {max(len(points), 1)} {'protocols' if cfg['tune'] else 'points'}), "
+          f"{jobs} at a time, in {root}", flush=True)
+    done, interrupted, failed = run_grid(list(unique.values()), jobs, cfg["analysis_samples"])
     if interrupted:
-        print(f"interrupted: finished runs are kept in {root}, stopped ones have checkpoints; "
-              f"run the same command again to continue")
-        return 130
+        return stopped(root)
+    summaries = {key: done[unique[run["out_dir"]][0]] for key, run in grid
+                 if unique[run["out_dir"]][0] in done}
     names = [n for n, _ in modes]
-    results = per_mode(summaries, names, seeds, points[0][0] if points else "")
+    results = per_mode(summaries, names, seeds, "" if cfg["tune"] or not points else points[0][0])
     sweep = {p: per_mode(summaries, names, seeds, p) for p, _ in points} if points else {}
-    reused = sum(1 for s in summaries.values() if s.get("reused"))
+    reused = sum(1 for s in done.values() if s.get("reused"))
     given = sorted(given_keys(argv[1:] if argv and argv[0] == DEFAULT_PRESET else argv))
     info = {"command": "python compare.py" + "".join(" " + a for a in argv if a != DEFAULT_PRESET),
             "seeds": seeds, "hardware": hardware(device), "jobs": jobs,
             "wall_min": (time.time() - t_start) / 60,
-            "runs": len(grid), "reused": reused, "given": given}
-    write_tables(root, results, sweep, info)
-    pictures = plots.write_all(root, results, sweep, attention_map_data(grid, summaries))
+            "runs": len(unique), "reused": reused, "given": given}
+    if search:
+        info.update(tune_seeds=parse_seeds(cfg["tune_seeds"], 1), best_lrs=best)
+    write_tables(root, results, sweep, info, search)
+    pictures = plots.write_all(root, results, sweep, attention_map_data(grid, summaries), search)
     print(open(os.path.join(root, "results.md")).read())
     print("wrote " + ", ".join([os.path.join(root, "results.md"),
                                 os.path.join(root, "results.json")] + pictures))
     return 1 if failed else 0
+
+
+def stopped(root):
+    print(f"interrupted: finished runs are kept in {root}, stopped ones have checkpoints; "
+          f"run the same command again to continue")
+    return 130
 
 
 def hardware(device):

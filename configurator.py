@@ -41,8 +41,10 @@ TRAIN_SETTINGS = dict(
     bias=(False, "biases in Linear and LayerNorm layers"),
     value_mode=("resformer",
         "vanilla | resformer (value residual) | svformer (single shared value)"),
+    lambda_1=(0.5, "resformer: weight of layer 1's value V_1 in every later layer's value"),
+    lambda_2=(0.5, "resformer: weight of the layer's own value V_n (the paper's sweep: 1)"),
     learnable_lambda=(False,
-        "resformer: learn (lambda_1, lambda_2) per layer instead of fixed 0.5/0.5"),
+        "resformer: learn (lambda_1, lambda_2) per layer, starting from the values above"),
     # AdamW and the schedule: linear warmup, cosine decay to min_lr at lr_decay_iters
     learning_rate=(1e-3, "peak learning rate"),
     max_iters=(5000, "optimizer steps in all"),

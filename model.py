@@ -2,7 +2,7 @@
 One GPT, three value modes (Value Residual Learning, arXiv 2410.17897).
 
     vanilla    U_n = A_n V_n
-    resformer  U_n = A_n (lambda_1 V_1 + lambda_2 V_n)    for n >= 2
+    resformer  U_n = A_n (lambda_1 V_1 + lambda_2 V_n)    for n >= 2 (official: 0.5, 0.5)
     svformer   U_n = A_n V_1                              for n >= 2 (no value projection)
 
 A_n is layer n's causal softmax attention, V_n its value projection and V_1 the first layer's.
@@ -41,7 +41,11 @@ class GPTConfig:
     # bias in Linears and LayerNorms, like GPT-2; False is a bit better and faster
     bias: bool = True
     value_mode: str = "vanilla"  # "vanilla" | "resformer" | "svformer"
-    # resformer: per-layer (lambda_1, lambda_2) trained, init 0.5/0.5
+    # resformer's mix U_n = A_n (lambda_1 V_1 + lambda_2 V_n): the official code's 0.5/0.5; the
+    # paper's lambda sweep writes U_n = A_n (V_n + lambda V_1), i.e. lambda_1=lambda, lambda_2=1
+    lambda_1: float = 0.5
+    lambda_2: float = 0.5
+    # resformer: per-layer (lambda_1, lambda_2) trained, starting from the two values above
     learnable_lambda: bool = False
 
     def __post_init__(self):
@@ -57,6 +61,8 @@ class GPTConfig:
                              f"n_kv_head ({self.n_kv_head})")
         if self.learnable_lambda and self.value_mode != "resformer":
             raise ValueError("learnable_lambda only applies to value_mode='resformer'")
+        if (self.lambda_1, self.lambda_2) != (0.5, 0.5) and self.value_mode != "resformer":
+            raise ValueError("lambda_1 and lambda_2 only apply to value_mode='resformer'")
 
     @property
     def head_dim(self):
@@ -130,7 +136,7 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
         self.dropout = config.dropout
         if config.value_mode == "resformer" and layer_idx > 0:
-            lambdas = torch.tensor([0.5, 0.5])  # (lambda_1, lambda_2), the official code's values
+            lambdas = torch.tensor([config.lambda_1, config.lambda_2])
             if config.learnable_lambda:
                 self.value_lambdas = nn.Parameter(lambdas)
             else:

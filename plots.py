@@ -38,12 +38,12 @@ def layer_axis(plt, ax, n_layer):
     ax.set_xticks(range(1, n_layer + 1))
 
 
-def write_all(root, results, sweep, maps):
+def write_all(root, results, sweep, maps, search=None):
     """Every picture compare.py makes; returns the paths written."""
     plt = pyplot()
     if plt is None:
         return []
-    written = [loss_figure(plt, root, results)]
+    written = [loss_figure(plt, root, results)] + ([lr_figure(plt, root, search)] if search else [])
     for key, ylabel, note in (("attention_entropy", "entropy of attention received (nats)",
                                "higher = less concentrated"),
                               ("similarity", "mean pairwise cosine similarity",
@@ -69,7 +69,7 @@ def write_all(root, results, sweep, maps):
         layer_axis(plt, ax, len(next(iter(learned.values()))) + 1)
         ax.set(ylabel="learned lambda", title="Learned value-residual lambdas (init 0.5 / 0.5)")
         written.append(save(plt, fig, os.path.join(root, "lambdas.png")))
-    if sweep:
+    if sweep and not search:  # under --tune the one "point" is the paper's protocol: a table
         written.append(sweep_figure(plt, root, sweep))
     if maps:
         written.append(attention_maps(plt, root, maps))
@@ -106,6 +106,28 @@ def loss_figure(plt, root, results):
     for ax in (top, bottom):
         ax.title.set_fontsize(9)
     return save(plt, fig, os.path.join(root, "loss.png"))
+
+
+def lr_figure(plt, root, search):
+    """Final val loss against peak learning rate per variant (compare.py --tune): each search
+    seed a dot, the mean a line, the best lr a ring. A diverged run is drawn at the top edge."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    finite = [x for by_lr in search.values() for v in by_lr.values() for x in v if np.isfinite(x)]
+    ceiling = max(finite) + 0.05 * (max(finite) - min(finite) + 1e-3)
+    for k, (name, by_lr) in enumerate(search.items()):
+        lrs = sorted(by_lr)
+        means = [np.mean(by_lr[lr]) for lr in lrs]
+        for lr in lrs:
+            ax.scatter([lr] * len(by_lr[lr]), np.minimum(by_lr[lr], ceiling), s=12,
+                       color=f"C{k}", alpha=0.5)
+        ax.plot(lrs, np.minimum(means, ceiling), color=f"C{k}", label=f"{name} (dots: seeds)")
+        best = lrs[int(np.argmin(means))]
+        ax.scatter([best], [min(means)], s=120, facecolors="none", edgecolors=f"C{k}", lw=2,
+                   label=f"{name} best: {best:g}")
+    ax.set_xscale("log")
+    ax.set(xlabel="peak learning rate (log scale)", ylabel="final val loss (whole split)",
+           title="Learning-rate search: each variant's U-curve")
+    return save(plt, fig, os.path.join(root, "lr_search.png"))
 
 
 def point_label(point):

@@ -36,6 +36,8 @@ DEFAULTS = defaults_of(TRAIN_SETTINGS)
 # the settings that shape the weights: a resumed run cannot change them (dropout it can)
 MODEL_KEYS = {f.name for f in dataclasses.fields(GPTConfig)} - {"dropout", "vocab_size"}
 USAGE = "usage: python train.py [config/preset.py ...] [--key=value ...]"
+# how a run ended, for the shell and for compare.py (a diverged run is a result there, not a crash)
+EXIT_CODES = {"done": 0, "interrupted": 130, "diverged": 3}
 
 try:
     import fcntl  # POSIX file locks; on Windows two runs in one out_dir are not prevented
@@ -503,6 +505,7 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
             print(f"saved {ckpt_path} (step {iter_num}); sample from it: "
                   f"python sample.py --out_dir={cfg['out_dir']}")
     if status == "diverged" and master:
+        log({"kind": "diverged", "iter": iter_num})
         print(f"loss is not finite at step {iter_num}: stopped; "
               f"the last good checkpoint is {ckpt_path} "
               f"(try a lower --learning_rate or --grad_clip=1.0)")
@@ -518,7 +521,7 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
 
 def main(argv):
     summary = train(parse_args(TRAIN_SETTINGS, argv, USAGE), given_keys(argv))
-    return {"done": 0, "interrupted": 130, "diverged": 1}[summary["status"]]
+    return EXIT_CODES[summary["status"]]
 
 
 if __name__ == "__main__":
