@@ -302,7 +302,8 @@ def at_lr(grid, root, sub=""):
     shared by two protocols (vanilla at its best lr) is one run."""
     renamed = []
     for (name, seed, point), run in grid:
-        folder = re.sub(r"[^A-Za-z0-9_.=-]+", "-", f"{name}_lr{run['learning_rate']:g}_seed{seed}")
+        lr = f"{run['learning_rate']:g}".replace("e+", "e")  # 1e+06 -> 1e06, not 1e-06
+        folder = re.sub(r"[^A-Za-z0-9_.=-]+", "-", f"{name}_lr{lr}_seed{seed}")
         renamed.append(((name, seed, point), {**run, "out_dir": os.path.join(root, sub, folder)}))
     return renamed
 
@@ -560,7 +561,7 @@ def main(argv):
         print("best peak learning rates: " + ", ".join(f"{n} {lr:g}" for n, lr in best.items()))
         # the fair protocol: each variant at its own best; the paper's: all at vanilla's best
         protocols = [("", best)] + ([("paper", {n: best["vanilla"] for n in best})]
-                                    if "vanilla" in best else [])
+                                    if "vanilla" in best and len(best) > 1 else [])
         grid = []
         for label, lr_of in protocols:
             at_own = add_less_data([(n, {**o, **lr_settings(cfg, lr_of[n])}) for n, o in modes],

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -268,3 +269,98 @@ def test_sweep_point_labels_one_setting_per_line():
     assert plots.point_label("learning_rate=2e-3_min_lr=2e-4") == "learning_rate=2e-3\nmin_lr=2e-4"
     assert plots.point_label("n_layer=4_max_iters=1600") == "n_layer=4\nmax_iters=1600"
     assert plots.point_label("n_layer=4") == "n_layer=4"
+
+
+# ---- the learning-rate search (--tune) ----
+
+def test_next_lr_brackets_the_best_learning_rate():
+    inf = float("inf")
+    # an edge optimum extends the grid on that side by the edge's own step, up to the cap
+    assert analysis.next_lr({1: 3, 2: 2, 4: 1}, lowest=0.1, highest=16) == 8
+    assert analysis.next_lr({1: 1, 2: 2, 4: 3}, lowest=0.1, highest=16) == 0.5
+    assert analysis.next_lr({1: 3, 2: 2, 4: 1}, lowest=0.1, highest=4) is None  # capped
+    # an interior optimum with a coarse neighbour gets the midpoint (steps <= sqrt 2)
+    assert analysis.next_lr({1: 3, 2: 1, 4: 3}, lowest=0.1, highest=16) == 1.41
+    # bracketed with fine steps, twice the best on the grid: done
+    assert analysis.next_lr({1: 3, 1.41: 2, 2: 1, 2.83: 2, 4: 2.5}, 0.1, 16) is None
+    # ... but twice the best must be measured
+    assert analysis.next_lr({1: 3, 1.41: 2, 2: 1, 2.83: 2}, 0.1, 16) == 4
+    # a diverged run counts as worse, not as an error: the top point diverging brackets it
+    assert analysis.next_lr({1: 3, 1.41: 2, 2: 1, 2.83: inf}, 0.1, 16) is None
+    assert analysis.next_lr({1: 2, 1.41: inf}, 0.1, 16) == 0.709
+    assert analysis.bracketed({1: 3, 2: 1, 4: inf}) and not analysis.bracketed({1: 3, 2: 1})
+    spread = analysis.lr_range({1: 2.0, 1.41: 1.95, 2: 1.94, 2.83: 1.955, 4: inf})
+    assert spread["good_lrs"] == [1.41, 2.83] and spread["loss_at_double"] == inf
+    assert analysis.lr_range({1: 2.0, 2: 1.9, 2.83: 2.0, 4: 2.2})["loss_at_double"] == 2.2
+    assert analysis.lr_range({1: 2.0, 2: 1.9})["loss_at_double"] is None
+
+
+def fake_runs(optimum, calls):
+    """A run_grid stand-in: the final loss is a U in log lr around each variant's optimum,
+    diverged above 8x it; records every config it is asked to train."""
+    def run_grid(grid, jobs, samples, quiet_reuse=False):
+        summaries = {}
+        for key, cfg in grid:
+            calls.append(cfg)
+            lr, best = cfg["learning_rate"], optimum[cfg["value_mode"]]
+            loss = 2 + math.log(lr / best) ** 2 + 0.01 * cfg["seed"] % 7
+            summaries[key] = {
+                "status": "diverged" if lr > 8 * best else "done",
+                "val_loss_full": None if lr > 8 * best else loss, "config": cfg,
+                "evals": [{"tokens": 0, "val_loss": 5.0}, {"tokens": 10, "val_loss": loss}],
+                "num_params": 1, "kv_cache_bytes_per_token": 1, "tokens_per_sec": 1.0,
+                "attention_entropy": [1.0], "similarity": [0.5]}
+        return summaries, False, []
+    return run_grid
+
+
+def test_tune_brackets_each_variant_and_compares_at_each_optimum(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(compare, "run_grid", fake_runs({"vanilla": 0.01, "resformer": 0.02},
+                                                       calls))
+    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries: {})
+    assert compare.main(TINY + [f"--out_dir={tmp_path}", "--dataset=unused", "--tune",
+                                "--tune_lrs=1e-3,2e-3,4e-3", "--tune_seeds=1,2", "--seeds=5,6",
+                                "--modes=vanilla,resformer", "--less_data=0.5"]) == 0
+    results = json.load(open(tmp_path / "results.json"))
+    search = {n: {float(lr): v for lr, v in by_lr.items()}
+              for n, by_lr in results["lr_search"].items()}
+    for name, best in (("vanilla", 0.01), ("resformer", 0.02)):
+        means = {lr: float(np.mean(v)) for lr, v in search[name].items()}
+        found = min(means, key=means.get)
+        assert abs(math.log(found / best)) < math.log(1.45) and analysis.bracketed(means)
+        assert max(means) >= 2 * found * 0.99  # twice the best measured
+        assert results["info"]["best_lrs"][name] == found
+    # search seeds only in the search, reported seeds only after it
+    search_runs = [c for c in calls if "lr_search" in c["out_dir"]]
+    final_runs = [c for c in calls if "lr_search" not in c["out_dir"]]
+    assert {c["seed"] for c in search_runs} == {1, 2} and {c["seed"] for c in final_runs} == {5, 6}
+    best = results["info"]["best_lrs"]
+    # fair: each at its own best (the 50%-data ResFormer at ResFormer's); paper: all at vanilla's
+    lrs = {(c["value_mode"], c["max_iters"], c["learning_rate"]) for c in final_runs}
+    assert lrs == {("vanilla", 2, best["vanilla"]), ("resformer", 2, best["resformer"]),
+                   ("resformer", 1, best["resformer"]), ("resformer", 2, best["vanilla"]),
+                   ("resformer", 1, best["vanilla"])}
+    assert all(c["min_lr"] == pytest.approx(c["learning_rate"] / 10, rel=0.01) for c in calls)
+    assert results["sweep"]["paper"]["resformer"]["paired"]["n"] == 2
+    md = (tmp_path / "results.md").read_text()
+    assert "## Learning-rate search" in md and "The paper's protocol" in md and "| yes |" in md
+    assert (tmp_path / "lr_search.png").is_file() == _has_matplotlib()
+    with pytest.raises(ValueError, match="must not be the ones"):
+        compare.main(TINY + [f"--out_dir={tmp_path}", "--tune", "--tune_seeds=1,2",
+                             "--seeds=2,3"])
+
+
+def test_tune_counts_a_diverged_run_as_worse(data_dir, tmp_path):
+    """Real tiny runs: lr 1e6 diverges; the search goes on and picks the finite one."""
+    out = tmp_path / "tune"
+    assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--tune",
+                                "--tune_lrs=1e-2,1e6", "--tune_extend=0", "--tune_seeds=1",
+                                "--seeds=1", "--modes=vanilla", "--less_data=0"]) == 0
+    results = json.load(open(out / "results.json"))
+    assert math.isinf(results["lr_search"]["vanilla"]["1e+06"][0])
+    assert results["info"]["best_lrs"] == {"vanilla": 0.01}
+    summary = json.load(open(out / "lr_search" / "vanilla_lr1e06_seed1" / "summary.json"))
+    assert summary["status"] == "diverged"
+    assert "inf" in (out / "results.md").read_text()
+    assert (out / "vanilla_lr0.01_seed1337" / "summary.json").is_file()

@@ -52,13 +52,19 @@ def test_bad_config_is_a_clear_error():
         GPTConfig(n_head=4, n_kv_head=3, n_embd=32)
     with pytest.raises(ValueError, match="learnable_lambda"):
         GPTConfig(value_mode="svformer", learnable_lambda=True)
+    with pytest.raises(ValueError, match="lambda_1 and lambda_2 only apply"):
+        GPTConfig(value_mode="vanilla", lambda_1=2.0)
     assert GPTConfig(n_head=4, n_embd=32).n_kv_head == 4  # 0 means n_head
 
 
-@pytest.mark.parametrize("n_kv_head", KV_HEADS)
-def test_resformer_layer2_matches_the_formula(n_kv_head):
-    """Recompute layer 2's attention output by hand: U_2 = A_2 (0.5 V_1 + 0.5 V_2)."""
-    model = tiny("resformer", n_kv_head, n_layer=2, bias=True).eval()
+@pytest.mark.parametrize("n_kv_head,lambdas", [(k, (0.5, 0.5)) for k in KV_HEADS] +
+                         [(N_HEAD, (1.0, 1.0)), (2, (2.0, 1.0))])
+def test_resformer_layer2_matches_the_formula(n_kv_head, lambdas):
+    """Recompute layer 2's attention output by hand: U_2 = A_2 (lambda_1 V_1 + lambda_2 V_2);
+    the official 0.5/0.5 and the paper's sweep form V_n + lambda V_1 (lambda 1 and 2)."""
+    lambda_1, lambda_2 = lambdas
+    model = tiny("resformer", n_kv_head, n_layer=2, bias=True,
+                 lambda_1=lambda_1, lambda_2=lambda_2).eval()
     x = tokens(B=2, T=10)
     captured = {}
     model.transformer.h[1].attn.register_forward_hook(
@@ -77,7 +83,7 @@ def test_resformer_layer2_matches_the_formula(n_kv_head):
     heads = lambda t, n: t.view(2, 10, n, 8).transpose(1, 2)
     group = N_HEAD // n_kv_head
     Q, K = heads(Q, N_HEAD), heads(K, n_kv_head).repeat_interleave(group, dim=1)
-    V = heads(0.5 * V1 + 0.5 * V2, n_kv_head).repeat_interleave(group, dim=1)
+    V = heads(lambda_1 * V1 + lambda_2 * V2, n_kv_head).repeat_interleave(group, dim=1)
     A = (Q @ K.transpose(-1, -2) / math.sqrt(8)).masked_fill(torch.ones(10, 10).triu(1).bool(),
                                                               float("-inf")).softmax(-1)
     U = (A @ V).transpose(1, 2).reshape(2, 10, C)
@@ -96,6 +102,8 @@ def test_learnable_lambdas_start_at_half_and_get_gradients():
     _, loss = model(tokens(), tokens(seed=2))
     loss.backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in lambdas)
+    started = tiny("resformer", learnable_lambda=True, lambda_1=2.0, lambda_2=1.0)
+    assert all(b.attn.value_lambdas.tolist() == [2.0, 1.0] for b in started.transformer.h[1:])
     fixed = tiny("resformer")
     assert all(not isinstance(b.attn.value_lambdas, torch.nn.Parameter)
                for b in fixed.transformer.h[1:])
