@@ -286,6 +286,9 @@ def build_grid(cfg, modes, seeds, points, root):
                 # spelled out, so a shorter variant keeps its own full schedule
                 if run["lr_decay_iters"] == 0:
                     run["lr_decay_iters"] = run["max_iters"]
+                # one process per run: 0 (one micro-step per rank) is 1, as runs made before
+                # that default recorded it, so they are still reused
+                run["gradient_accumulation_steps"] = run["gradient_accumulation_steps"] or 1
                 grid.append(((name, seed, point_name), run))
     return grid
 

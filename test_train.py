@@ -219,8 +219,8 @@ def test_torchrun_two_processes_gloo(data_dir, tmp_path):
         "torch.save(summary['model'].state_dict(), "
         "os.path.join(sys.argv[2], f\"rank{os.environ['RANK']}.pt\"))\n")
     out = tmp_path / "out"
-    overrides = tiny_cfg(data_dir, out, max_iters=6, eval_interval=3, value_mode="resformer",
-                         gradient_accumulation_steps=2)
+    # gradient_accumulation_steps left at its default: one micro-step per rank
+    overrides = tiny_cfg(data_dir, out, max_iters=6, eval_interval=3, value_mode="resformer")
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                              "--nproc_per_node=2", str(script), repr(overrides), str(tmp_path)],
                             cwd=HERE, capture_output=True, text=True, timeout=180)
@@ -234,8 +234,22 @@ def test_torchrun_two_processes_gloo(data_dir, tmp_path):
     # once, not once per rank
     assert [r["iter"] for r in log if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]
     assert result.stdout.count("step 6: train loss") == 1  # only rank 0 prints
-    # gradient_accumulation_steps=2 is the total: 1 micro-step per rank
     assert "256 tokens/step (8 x 16 x 1 micro-steps x 2 rank(s))" in result.stdout
+
+
+def test_torchrun_explicit_accumulation_that_does_not_divide_is_a_one_line_error(data_dir,
+                                                                                  tmp_path):
+    """An explicit gradient_accumulation_steps is the total over the ranks (the torchrun runs
+    below give 2: one each); 3 cannot be shared by 2 ranks."""
+    result = subprocess.run(torchrun("train.py", f"--dataset={data_dir}",
+                                     f"--out_dir={tmp_path / 'out'}", "--device=cpu",
+                                     "--gradient_accumulation_steps=3"),
+                            cwd=HERE, capture_output=True, text=True, timeout=180)
+    assert result.returncode != 0 and "Traceback" not in result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert set(errors) == {"error: --gradient_accumulation_steps=3 is the total over all ranks "
+                           "and must divide by the 2 ranks (0: one micro-step per rank)"}
+    assert not (tmp_path / "out" / "ckpt.pt").exists()
 
 
 # ---- torchrun (gloo, 2 CPU ranks): resume, Ctrl-C; data edge cases; one run per out_dir ----

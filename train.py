@@ -8,8 +8,9 @@ Train a GPT in any value mode on token shards, on one GPU, a laptop CPU, or seve
                                                       # then further
     torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m.py   # 8 GPUs, same step
 
-gradient_accumulation_steps counts micro-steps over all ranks (nanoGPT's meaning): under torchrun
-each rank runs its share, so a step has the same tokens on 1 GPU or 8 (the count must divide).
+gradient_accumulation_steps, when given, counts micro-steps over all ranks (nanoGPT's meaning):
+under torchrun each rank runs its share, so a step has the same tokens on 1 GPU or 8 (the count
+must divide). Left at 0, each rank runs one micro-step, on any number of ranks.
 
 Every log line also goes to out_dir/log.jsonl; checkpoints are written atomically to
 out_dir/ckpt.pt.
@@ -48,10 +49,10 @@ except ImportError:
 def check_settings(cfg):
     """Impossible values are one-line errors naming the setting."""
     for key in ("batch_size", "block_size", "eval_iters", "eval_interval", "log_interval",
-                "gradient_accumulation_steps", "n_layer", "n_head", "n_embd"):
+                "n_layer", "n_head", "n_embd"):
         if cfg[key] < 1:
             raise ConfigError(f"--{key}={cfg[key]}: must be at least 1")
-    for key in ("max_iters", "warmup_iters", "lr_decay_iters"):
+    for key in ("max_iters", "warmup_iters", "lr_decay_iters", "gradient_accumulation_steps"):
         if cfg[key] < 0:
             raise ConfigError(f"--{key}={cfg[key]}: must be 0 or more")
     if not 0 <= cfg["min_lr"] <= cfg["learning_rate"]:
@@ -242,10 +243,11 @@ def train(cfg, given=None):
             raise ConfigError(f"{cfg['out_dir']} already holds a checkpoint: "
                               f"continue it with --resume, "
                               f"or train into another --out_dir (--overwrite replaces it)")
-        if cfg["gradient_accumulation_steps"] % world:
+        if cfg["gradient_accumulation_steps"] % world:  # 0 (one per rank) always divides
             raise ConfigError(f"--gradient_accumulation_steps="
                               f"{cfg['gradient_accumulation_steps']} is the total "
-                              f"over all ranks and must divide by the {world} ranks")
+                              f"over all ranks and must divide by the {world} ranks "
+                              f"(0: one micro-step per rank)")
         if ddp:
             dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
             if device.startswith("cuda"):
@@ -263,8 +265,8 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     """The training loop proper, for train(): data, model, steps, evaluations, checkpoints."""
     ddp, master = world > 1, rank == 0
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
-    # each rank's share of the step's micro-batches
-    accumulation = cfg["gradient_accumulation_steps"] // world
+    # each rank's share of the step's micro-batches (0: one each, however many ranks)
+    accumulation = cfg["gradient_accumulation_steps"] // world or 1
     device_type = device.split(":")[0]
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if master and not cfg["resume"] and os.path.exists(os.path.join(cfg["out_dir"], "log.jsonl")):
