@@ -16,7 +16,9 @@ Every log line also goes to out_dir/log.jsonl; checkpoints are written atomicall
 out_dir/ckpt.pt.
 The settings and their defaults live in configurator.py (TRAIN_SETTINGS).
 """
+import contextlib
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -128,12 +130,34 @@ class Batches:
         self.shard, self.pos = state["shard"], state["pos"]
 
 
+class DiskFull(OSError):
+    """A checkpoint did not fit on the disk: main() prints it as one line."""
+
+
+def disk_full(error):
+    """Whether error, or one it arose from, is the OS saying the disk (or quota) is full."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def save_checkpoint(path, checkpoint):
     """Write to a temporary file, then rename: a crash mid-write never leaves
-    a truncated ckpt.pt."""
+    a truncated ckpt.pt, and a failed write removes its temporary file."""
     tmp = path + ".tmp"
-    torch.save(checkpoint, tmp)
-    os.replace(tmp, path)
+    try:
+        # a Python file, not the path: torch's own writer reports a full disk as an iostream error
+        with open(tmp, "wb") as f:
+            torch.save(checkpoint, f)
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        if disk_full(e):
+            raise DiskFull(errno.ENOSPC, f"no space left on device while saving {path}") from None
+        raise
 
 
 class OutDirLock:
@@ -337,15 +361,29 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
         return {"data": batches.state(), "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}
 
+    saved = {"iter": iter_num if cfg["resume"] else None}  # the step of the ckpt.pt on disk
+
+    def no_space(doing):
+        """The one-line error for a full disk: what failed, and which checkpoint is whole."""
+        kept = (f"the checkpoint of step {saved['iter']} is kept (free some space, then add "
+                f"--resume)" if saved["iter"] is not None
+                else "the ckpt.pt already there is unchanged" if os.path.exists(ckpt_path)
+                else "no checkpoint was saved")
+        return DiskFull(errno.ENOSPC, f"no space left on device while {doing}; {kept}")
+
     def save(rank_states, iter_num, best_val_loss):
         """Everything an exact resume needs, as of the start of step iter_num (rank 0 writes it)."""
-        save_checkpoint(ckpt_path, {
-            "format": CHECKPOINT_FORMAT, "model": raw_model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "model_args": model_args, "config": cfg, "iter_num": iter_num,
-            "best_val_loss": best_val_loss,
-            "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")},
-            "rank_states": rank_states})
+        try:
+            save_checkpoint(ckpt_path, {
+                "format": CHECKPOINT_FORMAT, "model": raw_model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "model_args": model_args, "config": cfg, "iter_num": iter_num,
+                "best_val_loss": best_val_loss,
+                "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")},
+                "rank_states": rank_states})
+        except DiskFull:
+            raise no_space(f"saving {ckpt_path}") from None
+        saved["iter"] = iter_num
 
     def gathered_states():
         states = [None] * world
@@ -360,8 +398,15 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     log_file = open(os.path.join(cfg["out_dir"], "log.jsonl"), "a") if master else None
 
     def log(record):
-        log_file.write(json.dumps(record) + "\n")
-        log_file.flush()
+        try:
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()
+        except OSError as e:
+            if disk_full(e):
+                with contextlib.suppress(OSError):
+                    log_file.close()  # drops what did not fit, so exiting does not retry it
+                raise no_space(f"writing {log_file.name}") from None
+            raise
 
     if master:
         for key, (old, new) in changes.items():
@@ -531,3 +576,5 @@ if __name__ == "__main__":
         sys.exit(main(sys.argv[1:]))
     except (ValueError, FileNotFoundError) as e:  # user mistakes: one line, no traceback
         sys.exit(f"error: {e}")
+    except DiskFull as e:  # the last checkpoint is whole; say which one
+        sys.exit(f"error: {e.strerror}")
