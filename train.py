@@ -254,7 +254,7 @@ def train(cfg, given=None):
     check_settings(cfg)
     ddp = int(os.environ.get("RANK", -1)) != -1  # launched by torchrun?
     rank, world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if ddp else (0, 1)
-    device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
+    device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])  # a bad one fails now
     os.makedirs(cfg["out_dir"], exist_ok=True)
     lock = OutDirLock(cfg["out_dir"]) if rank == 0 else None
     try:
@@ -263,6 +263,8 @@ def train(cfg, given=None):
         if cfg["resume"]:
             cfg, ckpt, changes = resolve_resume(cfg, given, ckpt_path)
             check_settings(cfg)
+            # the run's own device and dtype (a bfloat16 run goes on in bfloat16)
+            device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
         elif os.path.exists(ckpt_path) and not cfg["overwrite"]:
             raise ConfigError(f"{cfg['out_dir']} already holds a checkpoint: "
                               f"continue it with --resume, "
