@@ -131,7 +131,7 @@ class Batches:
 
 
 class DiskFull(OSError):
-    """A checkpoint did not fit on the disk: main() prints it as one line."""
+    """The disk filled up under a checkpoint or the log: main() prints it as one line."""
 
 
 def disk_full(error):
