@@ -89,7 +89,7 @@ def resolve(cfg):
                              f"the prompt is context - decode_tokens tokens")
     # a preset's full accumulation (GPT-2: 16) would make each timed step long; 4 micro-steps
     # already put AdamW under 1% of a GPU step
-    cfg["accumulation"] = cfg["accumulation"] or min(cfg["gradient_accumulation_steps"], 4)
+    cfg["accumulation"] = cfg["accumulation"] or min(cfg["gradient_accumulation_steps"] or 1, 4)
     if cfg["compile"] and cfg["warmup_steps"] < 1:
         raise ValueError("compile needs warmup_steps >= 1, "
                          "or compilation is timed as a training step")

@@ -150,6 +150,45 @@ def read_log(run_dir):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def last_step(run_dir):
+    """The last training step a run has logged (0 before its first), read while it trains."""
+    path = os.path.join(run_dir, "log.jsonl")
+    if not os.path.isfile(path):
+        return 0
+    step = 0
+    with open(path) as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except ValueError:  # a line being written this instant
+                continue
+            if record["kind"] == "train":
+                step = record["iter"]
+    return step
+
+
+def progress(todo, running, timing, jobs, left="left", so_far=None):
+    """' (4.1 min so far, about 12 min left; running: vanilla_seed1 at 400/800, ...)': so_far,
+    the time left at the finished runs' pace (seconds per step, side by side) and where the
+    running ones are; '' when there is nothing to say."""
+    steps = {cfg["out_dir"]: last_step(cfg["out_dir"]) for _, cfg, _, _ in running}
+    times = [so_far] if so_far else []
+    if timing["steps"] and (todo or running):
+        steps_left = (sum(cfg["max_iters"] for _, cfg in todo) +
+                      sum(max(cfg["max_iters"] - steps[cfg["out_dir"]], 0)
+                          for _, cfg, _, _ in running))
+        side_by_side = max(1, min(jobs, len(todo) + len(running)))
+        seconds = timing["seconds"] / timing["steps"] * steps_left / side_by_side
+        times.append(f"about {seconds / 60:.0f} min {left}" if seconds >= 60
+                     else f"under a minute {left}")
+    parts = [", ".join(times)] if times else []
+    if running:
+        parts.append("running: " + ", ".join(
+            f"{os.path.basename(cfg['out_dir'])} at {steps[cfg['out_dir']]}/{cfg['max_iters']}"
+            for _, cfg, _, _ in running))
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def finished(cfg, run_dir):
     """The run's summary if it finished with exactly these settings, else None."""
     path = os.path.join(run_dir, "summary.json")
@@ -212,9 +251,9 @@ def final_loss(summary):
     return summary["val_loss_full"] if summary["status"] == "done" else float("inf")
 
 
-def run_grid(grid, jobs, samples, quiet_reuse=False):
+def run_grid(grid, jobs, samples, quiet_reuse=False, left="left"):
     """Train every (name, seed, point, cfg) not finished yet, `jobs` at a time;
-    returns summaries by key."""
+    returns summaries by key. Each line says how long is left (left: how to say it)."""
     summaries, todo = {}, []
     for key, cfg in grid:
         done = finished(cfg, cfg["out_dir"])
@@ -228,6 +267,8 @@ def run_grid(grid, jobs, samples, quiet_reuse=False):
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     running, t_start, interrupted, failed = [], time.time(), False, []
     n_total = len(todo)
+    # each run's (start time, start step); the finished ones' seconds and steps, for the time left
+    started, timing = {}, {"seconds": 0.0, "steps": 0}
     while running or (todo and not interrupted):
         while todo and len(running) < jobs and not interrupted:
             key, cfg = todo.pop(0)
@@ -235,7 +276,9 @@ def run_grid(grid, jobs, samples, quiet_reuse=False):
             args, resuming = command(cfg, cfg["out_dir"])
             log = open(os.path.join(cfg["out_dir"], "train.out"), "a")
             print(f"[{n_total - len(todo)}/{n_total}] {cfg['out_dir']}: " +
-                  ("resuming from its checkpoint" if resuming else "training"), flush=True)
+                  ("resuming from its checkpoint" if resuming else "training") +
+                  progress(todo, running, timing, jobs, left), flush=True)
+            started[key] = (time.time(), last_step(cfg["out_dir"]) if resuming else 0)
             running.append((key, cfg, subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                                        env=env), log))
         try:
@@ -251,16 +294,19 @@ def run_grid(grid, jobs, samples, quiet_reuse=False):
             running.remove(item)
             log.close()
             if process.returncode == 0:
+                timing["seconds"] += time.time() - started[key][0]
+                timing["steps"] += cfg["max_iters"] - started[key][1]
                 summaries[key] = summarise(cfg, cfg["out_dir"], samples, threads)
                 elapsed = (time.time() - t_start) / 60
-                print(f"    done {cfg['out_dir']}: val loss {summaries[key]['val_loss_full']:.4f} "
-                      f"({elapsed:.1f} min so far)", flush=True)
+                print(f"    done {cfg['out_dir']}: val loss {summaries[key]['val_loss_full']:.4f}" +
+                      progress(todo, running, timing, jobs, left, f"{elapsed:.1f} min so far"),
+                      flush=True)
             elif process.returncode == 130:
                 interrupted = True
             elif any(r["kind"] == "diverged" for r in read_log(cfg["out_dir"])):
                 summaries[key] = diverged_summary(cfg, cfg["out_dir"])
-                print(f"    diverged {cfg['out_dir']} (counts as worse than any finite loss)",
-                      flush=True)
+                print(f"    diverged {cfg['out_dir']} (counts as worse than any finite loss)" +
+                      progress(todo, running, timing, jobs, left), flush=True)
             else:
                 failed.append(cfg["out_dir"])
                 tail = (open(os.path.join(cfg["out_dir"], "train.out")).read()
@@ -286,6 +332,9 @@ def build_grid(cfg, modes, seeds, points, root):
                 # spelled out, so a shorter variant keeps its own full schedule
                 if run["lr_decay_iters"] == 0:
                     run["lr_decay_iters"] = run["max_iters"]
+                # one process per run: 0 (one micro-step per rank) is 1, as runs made before
+                # that default recorded it, so they are still reused
+                run["gradient_accumulation_steps"] = run["gradient_accumulation_steps"] or 1
                 grid.append(((name, seed, point_name), run))
     return grid
 
@@ -335,7 +384,8 @@ def search_lrs(cfg, modes, root, jobs, samples):
         todo = sum(1 for _, run in grid if not finished(run, run["out_dir"]))
         print(f"lr search, round {round_no}: {len(grid)} runs ({todo} to train) on seeds "
               f"{seeds}", flush=True)
-        summaries, interrupted, failed = run_grid(grid, jobs, samples, quiet_reuse=True)
+        summaries, interrupted, failed = run_grid(grid, jobs, samples, quiet_reuse=True,
+                                                  left="left in this round")
         if interrupted or failed:
             return None, interrupted, failed
         losses = {name: {lr: [final_loss(summaries[name, s, lr]) for s in seeds]

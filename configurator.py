@@ -30,8 +30,9 @@ TRAIN_SETTINGS = dict(
     dataset=("shakespeare_byte", "data/<dataset>/ from prepare.py, or a path to such a directory"),
     batch_size=(12, "sequences per micro-step"),
     block_size=(64, "tokens per sequence (the model's context length)"),
-    gradient_accumulation_steps=(1,
-        "micro-steps per optimizer step, in all (divided over torchrun's ranks)"),
+    gradient_accumulation_steps=(0,
+        "micro-steps per optimizer step, in all, divided over torchrun's ranks "
+        "(0 = one per rank)"),
     # model (see GPTConfig in model.py)
     n_layer=(4, "transformer blocks"),
     n_head=(4, "attention heads"),

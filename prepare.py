@@ -31,6 +31,7 @@ run removes its leftovers and says so.
 import codecs
 import contextlib
 import datetime
+import errno
 import glob
 import html
 import importlib.metadata
@@ -363,6 +364,15 @@ def lock_dataset(out_dir):
     return lock
 
 
+def new_folders(path):
+    """The folders os.makedirs(path) would create, deepest first."""
+    path, made = os.path.abspath(path), []
+    while not os.path.isdir(path):
+        made.append(path)
+        path = os.path.dirname(path)
+    return made
+
+
 def current_meta(out_dir):
     """The meta.json of the dataset in out_dir, or None (none, or unreadable: nothing to keep)."""
     if not os.path.exists(os.path.join(out_dir, "meta.json")):
@@ -461,6 +471,7 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
     pieces, source = open_source(dataset, input, documents, out_root, val_fraction)
 
     out_dir = os.path.join(out_root, name)
+    made = new_folders(out_dir)  # a first preparation that fails removes them again
     os.makedirs(out_dir, exist_ok=True)
     lock = lock_dataset(out_dir)
     try:
@@ -482,11 +493,20 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
                 f.flush()
                 os.fsync(f.fileno())
             sync_dir(out_dir)  # the shards on disk before meta.json names them
-        except BaseException:
+        except BaseException as e:
             with contextlib.suppress(OSError):
                 remove_generation(out_dir, name, tag)
                 if os.path.exists(meta_tmp):
                     os.remove(meta_tmp)
+                if made:  # nothing was there before: leave nothing (rmdir only takes empty ones)
+                    os.remove(os.path.join(out_dir, "prepare.lock"))
+                    for folder in made:
+                        os.rmdir(folder)
+            if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+                kept = ", the dataset there is unchanged" if old else ""
+                raise DataError(f"no space left on device while writing {out_dir}: this run's "
+                                f"files are removed{kept}; free some space, or prepare under "
+                                f"another --out_root") from None
             raise
         os.replace(meta_tmp, os.path.join(out_dir, "meta.json"))  # the switch
         sync_dir(out_dir)

@@ -1,6 +1,7 @@
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -33,6 +34,18 @@ def test_tiny_comparison_writes_everything(data_dir, tmp_path, capsys):
     assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}",
                                 "--seeds=2", "--less_data=0.5",
                                 "--modes=vanilla,resformer,svformer,resformer_learnable"]) == 0
+    # each line after the first finished run says how long is left, and where running runs are
+    lines = [line for line in capsys.readouterr().out.splitlines()
+             if line.startswith("[") or line.startswith("    done")]
+    assert len(lines) == 20 and lines[-1].startswith("    done")
+    first_done = next(i for i, line in enumerate(lines) if "done" in line)
+    left = r"(about \d+ min|under a minute) left"
+    running = r"running: [\w.=-]+ at \d/[12](, [\w.=-]+ at \d/[12])?"
+    for line in lines[first_done:-1]:
+        assert re.search(rf"\({left}(; {running})?\)$" if line.startswith("[") else
+                         rf"\(\d+\.\d min so far, {left}(; {running})?\)$", line), line
+    assert re.search(rf"\(\d+\.\d min so far(; {running})?\)$", lines[-1]), lines[-1]
+    assert any(re.search(running, line) for line in lines), lines
     results = json.load(open(out / "results.json"))
     assert set(results["modes"]) == {"vanilla", "resformer", "svformer", "resformer_learnable",
                                      "resformer:max_iters=1"}
@@ -70,6 +83,23 @@ def test_tiny_comparison_writes_everything(data_dir, tmp_path, capsys):
                          "--modes=vanilla,resformer,svformer,resformer_learnable"])
     assert capsys.readouterr().out.count("reusing") == 10
     assert "10 of 10 runs reused" in (out / "results.md").read_text()
+
+
+def test_time_left_counts_the_steps_left_at_the_finished_runs_pace(tmp_path):
+    """Finished runs took 0.125 s a step; left: 2 runs of 800 steps and half of a running one,
+    2 at a time: 2,000 steps x 0.125 s / 2 = 125 s."""
+    runs = [{"out_dir": str(tmp_path / name), "max_iters": 800} for name in ("a", "b", "c")]
+    os.makedirs(runs[2]["out_dir"])
+    with open(os.path.join(runs[2]["out_dir"], "log.jsonl"), "w") as f:
+        f.write('{"kind": "config", "iter": 0}\n{"kind": "train", "iter": 400}\n'
+                '{"kind": "eval", "iter": 400}\n{"kind": "tra')  # a line being written
+    todo, running = [(None, runs[0]), (None, runs[1])], [(None, runs[2], None, None)]
+    timing = {"seconds": 200.0, "steps": 1600}
+    assert compare.progress(todo, running, timing, jobs=2) == (
+        " (about 2 min left; running: c at 400/800)")
+    assert compare.progress([], running, timing, 2, "left in this round") == (
+        " (under a minute left in this round; running: c at 400/800)")
+    assert compare.progress(todo, [], {"seconds": 0.0, "steps": 0}, 2) == ""  # nothing known yet
 
 
 def test_a_variant_override_changes_only_that_variant(data_dir, tmp_path):
@@ -298,7 +328,7 @@ def test_next_lr_brackets_the_best_learning_rate():
 def fake_runs(optimum, calls):
     """A run_grid stand-in: the final loss is a U in log lr around each variant's optimum,
     diverged above 8x it; records every config it is asked to train."""
-    def run_grid(grid, jobs, samples, quiet_reuse=False):
+    def run_grid(grid, jobs, samples, quiet_reuse=False, left="left"):
         summaries = {}
         for key, cfg in grid:
             calls.append(cfg)

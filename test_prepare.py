@@ -232,7 +232,7 @@ def test_empty_input(tmp_path):
                         quiet=True)
     with pytest.raises(DataError, match="empty"):
         prepare.prepare(dataset="d", documents=[], out_root=tmp_path, workers=1, quiet=True)
-    assert not list(tmp_path.rglob("*.bin"))
+    assert os.listdir(tmp_path) == ["empty.txt"]  # a refused first preparation leaves no folder
 
 
 def test_tinyshakespeare_gpt2_ids(tmp_path, gpt2):
@@ -363,6 +363,14 @@ def test_cli_errors_are_one_line(tmp_path, args, message):
     assert r.stderr.startswith("error: ") and message in r.stderr, r.stderr
     assert r.stderr.count("\n") == 1
     assert os.listdir(tmp_path) == []  # nothing written
+
+
+def test_cli_refused_first_preparation_leaves_nothing(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    r = run_prepare("--input=empty.txt", cwd=tmp_path)
+    assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[-1].startswith("error: no text in local: empty.txt"), r.stderr
+    assert os.listdir(tmp_path) == ["empty.txt"]  # neither data/empty_byte/ nor data/
 
 
 def test_cli_help_lists_every_setting(tmp_path):

@@ -1,6 +1,7 @@
 """Crash safety of prepare.py (issue 14): a re-prepare that fails at any file operation, or is
 killed at any moment, leaves the old complete dataset or the new one, never a mix or nothing; the
 next run removes what it left.  Run: pytest -q test_prepare_faults.py"""
+import errno
 import json
 import os
 import random
@@ -131,6 +132,34 @@ def test_second_run_on_the_same_dataset_is_refused(tmp_path):
     finally:
         lock.close()
     assert same(load(out), load(make(tmp_path / "again", OLD_DOCS)))  # untouched
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first", "again"])
+def test_full_disk_is_one_line_and_removes_what_the_run_wrote(tmp_path, monkeypatch, first):
+    """A full disk mid-write: the run's own files go (with the folder, if it made it), the old
+    dataset stays, and the error names the folder."""
+    if not first:
+        old = load(make(tmp_path, OLD_DOCS))
+    real_write, written = prepare.write_shard, []
+
+    def fills_the_disk(path, tokens, vocab_size):
+        if written:  # the second shard does not fit
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(path)
+        return real_write(path, tokens, vocab_size)
+
+    monkeypatch.setattr(prepare, "write_shard", fills_the_disk)
+    with pytest.raises(shards.DataError) as error:
+        make(tmp_path, NEW_DOCS)
+    assert str(error.value) == (
+        f"no space left on device while writing {tmp_path / 'd_byte'}: this run's files are "
+        f"removed{', the dataset there is unchanged' if not first else ''}; free some space, "
+        f"or prepare under another --out_root")
+    assert written and not os.path.exists(written[0])
+    if first:
+        assert os.listdir(tmp_path) == []
+    else:
+        assert same(load(tmp_path / "d_byte"), old) and only_the_named_set(tmp_path / "d_byte")
 
 
 # ---------------------------------------------------------------- real kills

@@ -1,5 +1,6 @@
 """Tests for train.py on tiny data: every mode trains, exact resume, errors, Ctrl-C, NaN,
 torchrun."""
+import errno
 import json
 import os
 import signal
@@ -147,8 +148,8 @@ def test_killed_checkpoint_write_leaves_previous_loadable(data_dir, tmp_path, mo
     path = str(tmp_path / "ckpt.pt")
 
     def dies_mid_write(obj, f):
-        with open(f, "wb") as handle:
-            handle.write(b"PK\x03\x04 half a checkpoint")
+        f.write(b"PK\x03\x04 half a checkpoint")
+        f.flush()
         raise KeyboardInterrupt("killed")
 
     monkeypatch.setattr(torch, "save", dies_mid_write)
@@ -156,8 +157,63 @@ def test_killed_checkpoint_write_leaves_previous_loadable(data_dir, tmp_path, mo
         train.save_checkpoint(path, {"anything": 1})
     monkeypatch.undo()
     assert train.load_checkpoint(path)["iter_num"] == 10
+    assert not os.path.exists(path + ".tmp")  # removed; a SIGKILL would leave it, unread:
+    (tmp_path / "half.pt").write_bytes(b"PK\x03\x04 half a checkpoint")
     with pytest.raises(ValueError, match="not a readable torch checkpoint"):
-        train.load_checkpoint(path + ".tmp")
+        train.load_checkpoint(str(tmp_path / "half.pt"))
+
+
+# torch.save into a Python file on a full disk: the write's OSError(ENOSPC), then torch's zip
+# writer fails on it (or, writing to a path itself, only "basic_ios::clear: iostream error")
+FULL_DISK = {
+    "oserror": "raise OSError(errno.ENOSPC, 'No space left on device')",
+    "torch": ("try:\n"
+              "        raise OSError(errno.ENOSPC, 'No space left on device')\n"
+              "    except OSError:\n"
+              "        raise RuntimeError('[enforce fail at inline_container.cc:672] . '\n"
+              "                           'unexpected pos 704 vs 598')")}
+
+
+@pytest.mark.parametrize("kind", FULL_DISK)
+def test_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(data_dir, tmp_path,
+                                                                          kind):
+    """The save at step 20 runs out of space halfway: one line says so and which checkpoint is
+    kept (step 10's, whole), the exit is non-zero and the partial file is gone."""
+    script = tmp_path / "full_disk.py"
+    script.write_text(
+        "import errno, runpy, sys, torch\n"
+        "real_save, saves = torch.save, []\n"
+        "def save(obj, f):\n"
+        "    saves.append(obj['iter_num'])\n"
+        "    if len(saves) == 1:\n"
+        "        return real_save(obj, f)\n"
+        "    f.write(b'PK\\x03\\x04 the first part of a checkpoint')\n"
+        "    f.flush()\n"
+        f"    {FULL_DISK[kind]}\n"
+        "torch.save = save\n"
+        f"sys.path.insert(0, {HERE!r})\n"
+        f"sys.argv = ['train.py'] + sys.argv[1:]\n"
+        f"runpy.run_path({os.path.join(HERE, 'train.py')!r}, run_name='__main__')\n")
+    out = tmp_path / "out"
+    args = [f"--{k}={v}" for k, v in tiny_cfg(data_dir, out).items() if v != train.DEFAULTS[k]]
+    result = subprocess.run([sys.executable, str(script), *args], cwd=HERE, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1 and "step 20: train loss" in result.stdout
+    assert result.stderr == (f"error: no space left on device while saving {out / 'ckpt.pt'}; "
+                             "the checkpoint of step 10 is kept (free some space, then add "
+                             "--resume)\n")
+    assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl", "train.lock"]
+    assert train.load_checkpoint(str(out / "ckpt.pt"))["iter_num"] == 10
+
+
+def test_full_disk_at_the_first_save_says_nothing_was_saved(data_dir, tmp_path, monkeypatch):
+    def full(obj, f):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(train.DiskFull, match=r"while saving .*ckpt.pt; no checkpoint was saved$"):
+        train.train(tiny_cfg(data_dir, tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["log.jsonl", "train.lock"]
 
 
 def test_resume_with_a_different_model_is_a_clear_error(data_dir, tmp_path):
@@ -219,8 +275,8 @@ def test_torchrun_two_processes_gloo(data_dir, tmp_path):
         "torch.save(summary['model'].state_dict(), "
         "os.path.join(sys.argv[2], f\"rank{os.environ['RANK']}.pt\"))\n")
     out = tmp_path / "out"
-    overrides = tiny_cfg(data_dir, out, max_iters=6, eval_interval=3, value_mode="resformer",
-                         gradient_accumulation_steps=2)
+    # gradient_accumulation_steps left at its default: one micro-step per rank
+    overrides = tiny_cfg(data_dir, out, max_iters=6, eval_interval=3, value_mode="resformer")
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                              "--nproc_per_node=2", str(script), repr(overrides), str(tmp_path)],
                             cwd=HERE, capture_output=True, text=True, timeout=180)
@@ -234,8 +290,22 @@ def test_torchrun_two_processes_gloo(data_dir, tmp_path):
     # once, not once per rank
     assert [r["iter"] for r in log if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]
     assert result.stdout.count("step 6: train loss") == 1  # only rank 0 prints
-    # gradient_accumulation_steps=2 is the total: 1 micro-step per rank
     assert "256 tokens/step (8 x 16 x 1 micro-steps x 2 rank(s))" in result.stdout
+
+
+def test_torchrun_explicit_accumulation_that_does_not_divide_is_a_one_line_error(data_dir,
+                                                                                  tmp_path):
+    """An explicit gradient_accumulation_steps is the total over the ranks (the torchrun runs
+    below give 2: one each); 3 cannot be shared by 2 ranks."""
+    result = subprocess.run(torchrun("train.py", f"--dataset={data_dir}",
+                                     f"--out_dir={tmp_path / 'out'}", "--device=cpu",
+                                     "--gradient_accumulation_steps=3"),
+                            cwd=HERE, capture_output=True, text=True, timeout=180)
+    assert result.returncode != 0 and "Traceback" not in result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert set(errors) == {"error: --gradient_accumulation_steps=3 is the total over all ranks "
+                           "and must divide by the 2 ranks (0: one micro-step per rank)"}
+    assert not (tmp_path / "out" / "ckpt.pt").exists()
 
 
 # ---- torchrun (gloo, 2 CPU ranks): resume, Ctrl-C; data edge cases; one run per out_dir ----

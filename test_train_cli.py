@@ -103,6 +103,8 @@ def run(*args):
     ("--eval_iters=-1", "error: --eval_iters=-1: must be at least 1"),
     ("--block_size=0", "error: --block_size=0: must be at least 1"),
     ("--log_interval=0", "error: --log_interval=0: must be at least 1"),
+    ("--gradient_accumulation_steps=-1",
+     "error: --gradient_accumulation_steps=-1: must be 0 or more"),
     ("--n_layer=True", "error: --n_layer=True: n_layer must be int"),
     ("--max_iters", "error: --max_iters needs a value: write --max_iters=VALUE"),
 ])

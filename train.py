@@ -8,14 +8,17 @@ Train a GPT in any value mode on token shards, on one GPU, a laptop CPU, or seve
                                                       # then further
     torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m.py   # 8 GPUs, same step
 
-gradient_accumulation_steps counts micro-steps over all ranks (nanoGPT's meaning): under torchrun
-each rank runs its share, so a step has the same tokens on 1 GPU or 8 (the count must divide).
+gradient_accumulation_steps, when given, counts micro-steps over all ranks (nanoGPT's meaning):
+under torchrun each rank runs its share, so a step has the same tokens on 1 GPU or 8 (the count
+must divide). Left at 0, each rank runs one micro-step, on any number of ranks.
 
 Every log line also goes to out_dir/log.jsonl; checkpoints are written atomically to
 out_dir/ckpt.pt.
 The settings and their defaults live in configurator.py (TRAIN_SETTINGS).
 """
+import contextlib
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -48,10 +51,10 @@ except ImportError:
 def check_settings(cfg):
     """Impossible values are one-line errors naming the setting."""
     for key in ("batch_size", "block_size", "eval_iters", "eval_interval", "log_interval",
-                "gradient_accumulation_steps", "n_layer", "n_head", "n_embd"):
+                "n_layer", "n_head", "n_embd"):
         if cfg[key] < 1:
             raise ConfigError(f"--{key}={cfg[key]}: must be at least 1")
-    for key in ("max_iters", "warmup_iters", "lr_decay_iters"):
+    for key in ("max_iters", "warmup_iters", "lr_decay_iters", "gradient_accumulation_steps"):
         if cfg[key] < 0:
             raise ConfigError(f"--{key}={cfg[key]}: must be 0 or more")
     if not 0 <= cfg["min_lr"] <= cfg["learning_rate"]:
@@ -127,12 +130,34 @@ class Batches:
         self.shard, self.pos = state["shard"], state["pos"]
 
 
+class DiskFull(OSError):
+    """The disk filled up under a checkpoint or the log: main() prints it as one line."""
+
+
+def disk_full(error):
+    """Whether error, or one it arose from, is the OS saying the disk (or quota) is full."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def save_checkpoint(path, checkpoint):
     """Write to a temporary file, then rename: a crash mid-write never leaves
-    a truncated ckpt.pt."""
+    a truncated ckpt.pt, and a failed write removes its temporary file."""
     tmp = path + ".tmp"
-    torch.save(checkpoint, tmp)
-    os.replace(tmp, path)
+    try:
+        # a Python file, not the path: torch's own writer reports a full disk as an iostream error
+        with open(tmp, "wb") as f:
+            torch.save(checkpoint, f)
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        if disk_full(e):
+            raise DiskFull(errno.ENOSPC, f"no space left on device while saving {path}") from None
+        raise
 
 
 class OutDirLock:
@@ -229,7 +254,7 @@ def train(cfg, given=None):
     check_settings(cfg)
     ddp = int(os.environ.get("RANK", -1)) != -1  # launched by torchrun?
     rank, world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if ddp else (0, 1)
-    device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
+    device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])  # a bad one fails now
     os.makedirs(cfg["out_dir"], exist_ok=True)
     lock = OutDirLock(cfg["out_dir"]) if rank == 0 else None
     try:
@@ -238,14 +263,17 @@ def train(cfg, given=None):
         if cfg["resume"]:
             cfg, ckpt, changes = resolve_resume(cfg, given, ckpt_path)
             check_settings(cfg)
+            # the run's own device and dtype (a bfloat16 run goes on in bfloat16)
+            device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
         elif os.path.exists(ckpt_path) and not cfg["overwrite"]:
             raise ConfigError(f"{cfg['out_dir']} already holds a checkpoint: "
                               f"continue it with --resume, "
                               f"or train into another --out_dir (--overwrite replaces it)")
-        if cfg["gradient_accumulation_steps"] % world:
+        if cfg["gradient_accumulation_steps"] % world:  # 0 (one per rank) always divides
             raise ConfigError(f"--gradient_accumulation_steps="
                               f"{cfg['gradient_accumulation_steps']} is the total "
-                              f"over all ranks and must divide by the {world} ranks")
+                              f"over all ranks and must divide by the {world} ranks "
+                              f"(0: one micro-step per rank)")
         if ddp:
             dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
             if device.startswith("cuda"):
@@ -263,8 +291,8 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     """The training loop proper, for train(): data, model, steps, evaluations, checkpoints."""
     ddp, master = world > 1, rank == 0
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
-    # each rank's share of the step's micro-batches
-    accumulation = cfg["gradient_accumulation_steps"] // world
+    # each rank's share of the step's micro-batches (0: one each, however many ranks)
+    accumulation = cfg["gradient_accumulation_steps"] // world or 1
     device_type = device.split(":")[0]
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if master and not cfg["resume"] and os.path.exists(os.path.join(cfg["out_dir"], "log.jsonl")):
@@ -335,15 +363,29 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
         return {"data": batches.state(), "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}
 
+    saved = {"iter": iter_num if cfg["resume"] else None}  # the step of the ckpt.pt on disk
+
+    def no_space(doing):
+        """The one-line error for a full disk: what failed, and which checkpoint is whole."""
+        kept = (f"the checkpoint of step {saved['iter']} is kept (free some space, then add "
+                f"--resume)" if saved["iter"] is not None
+                else "the ckpt.pt already there is unchanged" if os.path.exists(ckpt_path)
+                else "no checkpoint was saved")
+        return DiskFull(errno.ENOSPC, f"no space left on device while {doing}; {kept}")
+
     def save(rank_states, iter_num, best_val_loss):
         """Everything an exact resume needs, as of the start of step iter_num (rank 0 writes it)."""
-        save_checkpoint(ckpt_path, {
-            "format": CHECKPOINT_FORMAT, "model": raw_model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "model_args": model_args, "config": cfg, "iter_num": iter_num,
-            "best_val_loss": best_val_loss,
-            "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")},
-            "rank_states": rank_states})
+        try:
+            save_checkpoint(ckpt_path, {
+                "format": CHECKPOINT_FORMAT, "model": raw_model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "model_args": model_args, "config": cfg, "iter_num": iter_num,
+                "best_val_loss": best_val_loss,
+                "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")},
+                "rank_states": rank_states})
+        except DiskFull:
+            raise no_space(f"saving {ckpt_path}") from None
+        saved["iter"] = iter_num
 
     def gathered_states():
         states = [None] * world
@@ -358,8 +400,15 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     log_file = open(os.path.join(cfg["out_dir"], "log.jsonl"), "a") if master else None
 
     def log(record):
-        log_file.write(json.dumps(record) + "\n")
-        log_file.flush()
+        try:
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()
+        except OSError as e:
+            if disk_full(e):
+                with contextlib.suppress(OSError):
+                    log_file.close()  # drops what did not fit, so exiting does not retry it
+                raise no_space(f"writing {log_file.name}") from None
+            raise
 
     if master:
         for key, (old, new) in changes.items():
@@ -529,3 +578,5 @@ if __name__ == "__main__":
         sys.exit(main(sys.argv[1:]))
     except (ValueError, FileNotFoundError) as e:  # user mistakes: one line, no traceback
         sys.exit(f"error: {e}")
+    except DiskFull as e:  # the last checkpoint is whole; say which one
+        sys.exit(f"error: {e.strerror}")
