@@ -216,6 +216,40 @@ def test_compare_settings_do_not_shadow_train_settings(tmp_path):
         compare.main([f"--out_dir={tmp_path}", "--resume"])
 
 
+@pytest.mark.parametrize("action", ["--overwrite", "--resume", "--new_data=True"])
+def test_train_actions_are_refused_not_ignored(tmp_path, action):
+    """Issue 22: --overwrite was listed, accepted and ignored ("reusing ...")."""
+    with pytest.raises(ValueError, match=f"compare.py takes no {action}: the same command again "
+                                         "reuses finished runs and resumes stopped ones from "
+                                         "their checkpoints; to train them afresh, use another "
+                                         "--out_dir"):
+        compare.main([f"--out_dir={tmp_path}", action, "--modes=bogus"])
+    assert action.split("=")[0][2:] not in compare.SETTINGS  # nor listed in --help
+
+
+def test_one_variant_without_vanilla_shorter_than_log_interval(data_dir, tmp_path, capsys,
+                                                               monkeypatch):
+    """Issue 22: without vanilla the results still spoke of the difference to vanilla; a run
+    shorter than log_interval showed nan tokens/s; '1 runs'; --plot wrote runs.png into the
+    current folder whatever --out_dir said."""
+    out = tmp_path / "cmp"
+    args = [a for a in TINY if not a.startswith("--log_interval")] + ["--log_interval=5"]
+    assert compare.main(args + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1",
+                                "--less_data=0", "--modes=resformer"]) == 0
+    printed = capsys.readouterr().out
+    assert f"1 run (1 variant x 1 seed x 1 point), 2 at a time, in {out}" in printed
+    md = (out / "results.md").read_text()
+    assert "vanilla" not in md and "nan" not in md and "| resformer | " in md
+    summary = json.load(open(out / "resformer_seed1337" / "summary.json"))
+    assert math.isfinite(summary["tokens_per_sec"]) and summary["tokens_per_sec"] > 0
+    assert (out / "attention_maps.png").is_file() == _has_matplotlib()
+    monkeypatch.chdir(tmp_path)
+    assert compare.main([f"--plot={out / 'resformer_seed1337'}", "--out_dir=pictures"]) == (
+        0 if _has_matplotlib() else 1)
+    assert (tmp_path / "pictures" / "runs.png").is_file() == _has_matplotlib()
+    assert not (tmp_path / "runs.png").exists()
+
+
 def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tmp_path):
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) mid-run: compare exits 130
     without hanging, the run leaves a checkpoint, and the same command again resumes that run,
@@ -318,7 +352,7 @@ def test_tune_brackets_each_variant_and_compares_at_each_optimum(tmp_path, monke
     calls = []
     monkeypatch.setattr(compare, "run_grid", fake_runs({"vanilla": 0.01, "resformer": 0.02},
                                                        calls))
-    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries: {})
+    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
     assert compare.main(TINY + [f"--out_dir={tmp_path}", "--dataset=unused", "--tune",
                                 "--tune_lrs=1e-3,2e-3,4e-3", "--tune_seeds=1,2", "--seeds=5,6",
                                 "--modes=vanilla,resformer", "--less_data=0.5"]) == 0
