@@ -61,7 +61,7 @@ COMPARE_SETTINGS = dict(
                        "never the reported --seeds"),
     tune_extend=(4, "--tune: at most this many learning rates added beyond each end of the grid"),
 )
-# train.py's settings but its actions: compare.py decides per run whether to resume or start afresh
+# train.py's settings without its actions: compare.py decides per run to resume or start afresh
 SETTINGS = {**{k: v for k, v in TRAIN_SETTINGS.items() if k not in ACTIONS},
             "out_dir": ("out-compare", "root of the comparison"), **COMPARE_SETTINGS}
 USAGE = ("usage: python compare.py [config/preset.py ...] [--key=value ...]   "
@@ -186,8 +186,8 @@ def summarise(cfg, run_dir, samples, threads):
     log = read_log(run_dir)
     train_records = [r for r in log if r["kind"] == "train"]
     # the first window includes start-up: left out, unless it is the only one (a short run)
-    speeds = sorted(r["tokens_per_sec"] for r in train_records[1:] or train_records) or [
-        float("nan")]
+    timed = train_records[1:] or train_records
+    speeds = sorted(r["tokens_per_sec"] for r in timed) or [float("nan")]
     model = GPT.from_checkpoint(os.path.join(run_dir, "ckpt.pt"))
     first_record = next(r for r in log if r["kind"] == "config")
     summary = {"config": cfg, "status": "done",
@@ -493,9 +493,9 @@ def write_tables(root, results, sweep, info, search=None):
                                   for c in r["crossing_tokens"])
                 md.append(f"- {name}: {shown}")
     md += ["\n| variant | KV cache B/token | train tokens/s (per run) |", "|---|---|---|"]
-    md += [f"| {n} | {r['kv_cache_bytes_per_token']:,} | "
-           f"{r['tokens_per_sec']:,.0f} |" if np.isfinite(r["tokens_per_sec"]) else
-           f"| {n} | {r['kv_cache_bytes_per_token']:,} | - |" for n, r in results.items()]
+    for n, r in results.items():
+        speed = f"{r['tokens_per_sec']:,.0f}" if np.isfinite(r["tokens_per_sec"]) else "-"
+        md.append(f"| {n} | {r['kv_cache_bytes_per_token']:,} | {speed} |")
     for key, title in (("attention_entropy",
                         "Attention entropy per layer (nats; higher = less concentrated)"),
                        ("similarity",

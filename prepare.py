@@ -399,7 +399,7 @@ def check_same_source(out_dir, old, new, overwrite):
     if old is None or overwrite:
         return
     before = source_of(old)
-    if old.get("input") is None and "input" not in old:  # older versions did not record it
+    if "input" not in old:  # older versions did not record it: the rest still must match
         before["input"] = new["input"]
     if before != new:
         raise DataError(f"{out_dir} holds data prepared from {describe_source(before)}; this run "

@@ -78,10 +78,10 @@ def training_data(trained_on, tokenizer, err):
               f"trained on {tokenizer.name} tokens: decoding with {tokenizer.name}, as the "
               f"checkpoint records; real words not counted", file=err)
         return None
-    then = trained_on["data"]
-    if then and then["sha256"] != shards.data_identity(data_dir, meta)["sha256"]:
-        print(f"note: {data_dir} changed since this model trained on it "
-              f"({shards.describe(then)}): real words are counted against the data there now",
+    then, now = trained_on["data"], shards.data_identity(data_dir, meta)
+    if then and then["sha256"] != now["sha256"]:
+        print(f"note: {data_dir} changed since this model trained on it ({shards.describe(then)}; "
+              f"now {shards.describe(now)}): real words are counted against the data there now",
               file=err)
     return data_dir
 

@@ -297,18 +297,18 @@ def data_identity(data_dir, meta):
 
 
 def describe(data):
-    """'data/x (generation 2: 8,718 train + 641 val tokens)' from data_identity()."""
-    if data.get("train_tokens") is None:
-        return f"{data['dir']} (shards {data['sha256'][:12]})"
-    return (f"{data['dir']} (generation {data['generation']}: {data['train_tokens']:,} train + "
-            f"{data['val_tokens']:,} val tokens)")
+    """'generation 2: 8,718 train + 641 val tokens' from data_identity()."""
+    if data.get("train_tokens") is None:  # llm.c's shards: no counts recorded
+        return f"shards {data['sha256'][:12]}"
+    return (f"generation {data['generation']}: {data['train_tokens']:,} train + "
+            f"{data['val_tokens']:,} val tokens")
 
 
 # -----------------------------------------------------------------------------
 # real words: how much of a sample is words of the training text (sample.py reports it)
 
 WORD = re.compile(r"[A-Za-z]+")
-WORD_SCAN_TOKENS = 20_000_000  # the vocabulary comes from at most this many training tokens
+WORD_SCAN_TOKENS = 10_000_000  # the vocabulary comes from at most this many training tokens (a few s)
 
 
 def words(text):

@@ -227,6 +227,19 @@ def test_train_actions_are_refused_not_ignored(tmp_path, action):
     assert action.split("=")[0][2:] not in compare.SETTINGS  # nor listed in --help
 
 
+def test_runs_finished_before_the_actions_left_the_settings_are_reused(tmp_path):
+    """summary.json and ckpt.pt of earlier versions hold resume/overwrite among the settings:
+    the same run still, reused or resumed, not trained again."""
+    cfg = compare.build_grid(compare.parse_args(compare.SETTINGS, [compare.DEFAULT_PRESET], ""),
+                             compare.parse_modes("vanilla"), [1], [("", {})], str(tmp_path))[0][1]
+    assert not set(cfg) & {"resume", "overwrite", "new_data"}
+    os.makedirs(cfg["out_dir"])
+    with open(os.path.join(cfg["out_dir"], "summary.json"), "w") as f:
+        json.dump({"config": dict(cfg, resume=False, overwrite=True), "status": "done"}, f)
+    assert compare.finished(cfg, cfg["out_dir"])["status"] == "done"
+    assert compare.finished(dict(cfg, n_layer=3), cfg["out_dir"]) is None
+
+
 def test_one_variant_without_vanilla_shorter_than_log_interval(data_dir, tmp_path, capsys,
                                                                monkeypatch):
     """Issue 22: without vanilla the results still spoke of the difference to vanilla; a run

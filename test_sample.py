@@ -237,8 +237,8 @@ def test_sample_says_when_the_data_changed_since_training(tmp_path):
     prepare.prepare(documents=["Other words entirely.\n" * 30] * 4, name="d",
                     out_root=str(tmp_path), quiet=True, workers=1)
     _, err, _ = run(out_dir, "--num_samples=1", "--max_new_tokens=5")
-    assert (f"note: {data_dir} changed since this model trained on it ({data_dir} (generation 1: "
-            in err and REAL_WORDS.search(err))
+    assert (f"note: {data_dir} changed since this model trained on it (generation 1: " in err
+            and "; now generation 2: " in err and REAL_WORDS.search(err))
 
 
 def test_sample_says_when_the_tokenizer_no_longer_matches(tmp_path, gpt2):

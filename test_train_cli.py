@@ -171,7 +171,7 @@ def test_resume_on_data_that_changed_is_refused_unless_asked_for(tmp_path, capsy
     message = str(error.value)
     assert message.startswith(f"cannot resume {out}/ckpt.pt: it trained on {data} (generation 1: "
                               f"{before['train_tokens']:,} train + {before['val_tokens']:,} val "
-                              f"tokens), but {data} now holds {data} (generation 2: ")
+                              f"tokens), but {data} now holds other data (generation 2: ")
     assert message.endswith("prepare the original data again, or go on with this data with "
                             "--new_data") and "\n" not in message
     assert train.load_checkpoint(os.path.join(out, "ckpt.pt"))["iter_num"] == 10  # untouched
@@ -180,6 +180,7 @@ def test_resume_on_data_that_changed_is_refused_unless_asked_for(tmp_path, capsy
     assert train.main([f"--out_dir={out}", "--resume", "--max_iters=20", "--new_data"]) == 0
     printed = capsys.readouterr().out
     assert f"resume: the data changed: {data} (generation 1: " in printed
+    assert f" -> {data} (generation 2: " in printed
     ckpt = train.load_checkpoint(os.path.join(out, "ckpt.pt"))
     assert ckpt["iter_num"] == 20 and ckpt["data"]["generation"] == 2
     assert "new_data" not in ckpt["config"]  # an action, not a setting the next resume restores

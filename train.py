@@ -186,7 +186,7 @@ def resolve_resume(cfg, given, ckpt_path):
     """--resume: the checkpoint's settings, changed only where given (each change announced).
     given: the keys set on the command line or by a preset (None: every key of cfg)."""
     ckpt = load_checkpoint(ckpt_path)
-    # actions are how a run was started, not what it is: this command's own apply
+    # the actions (resume, overwrite, new_data) are this command's, never the checkpoint's
     saved = {**DEFAULTS, **{k: v for k, v in ckpt["config"].items() if k not in ACTIONS},
              **{k: cfg[k] for k in ACTIONS}}
     given = set(cfg) if given is None else set(given)
@@ -212,10 +212,12 @@ def check_resume_data(ckpt_path, ckpt, data, cfg, changes):
                           f"tokens, {data['dir']} holds {data['tokenizer']} tokens: resume on "
                           f"data prepared with --tokenizer={then['tokenizer']}")
     if not cfg["new_data"] and "dataset" not in changes:
-        raise ConfigError(f"cannot resume {ckpt_path}: it trained on {shards.describe(then)}, "
-                          f"but {data['dir']} now holds {shards.describe(data)}: prepare the "
-                          f"original data again, or go on with this data with --new_data")
-    return f"resume: the data changed: {shards.describe(then)} -> {shards.describe(data)}"
+        raise ConfigError(f"cannot resume {ckpt_path}: it trained on {then['dir']} "
+                          f"({shards.describe(then)}), but {data['dir']} now holds other data "
+                          f"({shards.describe(data)}): prepare the original data again, "
+                          f"or go on with this data with --new_data")
+    return (f"resume: the data changed: {then['dir']} ({shards.describe(then)}) -> "
+            f"{data['dir']} ({shards.describe(data)})")
 
 
 def changed_in_effect(ckpt, cfg, settings, changes, iter_num):
