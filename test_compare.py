@@ -246,6 +246,53 @@ def test_compare_settings_do_not_shadow_train_settings(tmp_path):
         compare.main([f"--out_dir={tmp_path}", "--resume"])
 
 
+@pytest.mark.parametrize("action", ["--overwrite", "--resume", "--new_data=True"])
+def test_train_actions_are_refused_not_ignored(tmp_path, action):
+    """Issue 22: --overwrite was listed, accepted and ignored ("reusing ...")."""
+    with pytest.raises(ValueError, match=f"compare.py takes no {action}: the same command again "
+                                         "reuses finished runs and resumes stopped ones from "
+                                         "their checkpoints; to train them afresh, use another "
+                                         "--out_dir"):
+        compare.main([f"--out_dir={tmp_path}", action, "--modes=bogus"])
+    assert action.split("=")[0][2:] not in compare.SETTINGS  # nor listed in --help
+
+
+def test_runs_finished_before_the_actions_left_the_settings_are_reused(tmp_path):
+    """summary.json and ckpt.pt of earlier versions hold resume/overwrite among the settings:
+    the same run still, reused or resumed, not trained again."""
+    cfg = compare.build_grid(compare.parse_args(compare.SETTINGS, [compare.DEFAULT_PRESET], ""),
+                             compare.parse_modes("vanilla"), [1], [("", {})], str(tmp_path))[0][1]
+    assert not set(cfg) & {"resume", "overwrite", "new_data"}
+    os.makedirs(cfg["out_dir"])
+    with open(os.path.join(cfg["out_dir"], "summary.json"), "w") as f:
+        json.dump({"config": dict(cfg, resume=False, overwrite=True), "status": "done"}, f)
+    assert compare.finished(cfg, cfg["out_dir"])["status"] == "done"
+    assert compare.finished(dict(cfg, n_layer=3), cfg["out_dir"]) is None
+
+
+def test_one_variant_without_vanilla_shorter_than_log_interval(data_dir, tmp_path, capsys,
+                                                               monkeypatch):
+    """Issue 22: without vanilla the results still spoke of the difference to vanilla; a run
+    shorter than log_interval showed nan tokens/s; '1 runs'; --plot wrote runs.png into the
+    current folder whatever --out_dir said."""
+    out = tmp_path / "cmp"
+    args = [a for a in TINY if not a.startswith("--log_interval")] + ["--log_interval=5"]
+    assert compare.main(args + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1",
+                                "--less_data=0", "--modes=resformer"]) == 0
+    printed = capsys.readouterr().out
+    assert f"1 run (1 variant x 1 seed x 1 point), 2 at a time, in {out}" in printed
+    md = (out / "results.md").read_text()
+    assert "vanilla" not in md and "nan" not in md and "| resformer | " in md
+    summary = json.load(open(out / "resformer_seed1337" / "summary.json"))
+    assert math.isfinite(summary["tokens_per_sec"]) and summary["tokens_per_sec"] > 0
+    assert (out / "attention_maps.png").is_file() == _has_matplotlib()
+    monkeypatch.chdir(tmp_path)
+    assert compare.main([f"--plot={out / 'resformer_seed1337'}", "--out_dir=pictures"]) == (
+        0 if _has_matplotlib() else 1)
+    assert (tmp_path / "pictures" / "runs.png").is_file() == _has_matplotlib()
+    assert not (tmp_path / "runs.png").exists()
+
+
 def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tmp_path):
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) mid-run: compare exits 130
     without hanging, the run leaves a checkpoint, and the same command again resumes that run,
@@ -348,7 +395,7 @@ def test_tune_brackets_each_variant_and_compares_at_each_optimum(tmp_path, monke
     calls = []
     monkeypatch.setattr(compare, "run_grid", fake_runs({"vanilla": 0.01, "resformer": 0.02},
                                                        calls))
-    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries: {})
+    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
     assert compare.main(TINY + [f"--out_dir={tmp_path}", "--dataset=unused", "--tune",
                                 "--tune_lrs=1e-3,2e-3,4e-3", "--tune_seeds=1,2", "--seeds=5,6",
                                 "--modes=vanilla,resformer", "--less_data=0.5"]) == 0

@@ -517,3 +517,45 @@ def test_cli_explicit_val_fraction_wins_for_fineweb(tmp_path, monkeypatch, args,
     with pytest.raises(DataError, match="stop here"):
         prepare.main(args)
     assert seen["val_tokens"] == val_tokens
+
+
+# ---------------------------------------------------------------- replacing a dataset
+
+def test_replacing_a_dataset_from_another_source_must_be_asked_for(tmp_path):
+    """Issue 22: --input=mytexts, then --input='mytexts/*.md' wrote to the same name and left a
+    fraction of the tokens. Another source is refused, naming both; the same source is fine."""
+    texts = tmp_path / "mytexts"
+    texts.mkdir()
+    for i in range(3):
+        (texts / f"play{i}.txt").write_text(f"Speak, speak, number {i}.\n\n" * 200)
+    (texts / "notes.md").write_text("# notes\n\nA short file.\n")
+    assert run_prepare("--input=mytexts", cwd=tmp_path).returncode == 0
+    before = (tmp_path / "data" / "mytexts_byte" / "meta.json").read_text()
+    r = run_prepare("--input=mytexts/*.md", cwd=tmp_path)
+    assert r.returncode == 1 and r.stdout == "" and r.stderr.count("\n") == 1
+    assert r.stderr == (
+        "error: data/mytexts_byte holds data prepared from mytexts, byte tokens, val_fraction "
+        "0.1, seed 1337; this run reads mytexts/*.md, byte tokens, val_fraction 0.1, seed 1337: "
+        "give it another --name, or replace data/mytexts_byte with --overwrite\n")
+    # another tokenizer or split is another source too; the dataset is untouched
+    r = run_prepare("--input=mytexts", "--val_fraction=0.2", cwd=tmp_path)
+    assert r.returncode == 1 and "val_fraction 0.2, seed 1337: give it another" in r.stderr
+    assert (tmp_path / "data" / "mytexts_byte" / "meta.json").read_text() == before
+    # the same source again (spelled another way) is allowed: a re-prepare after editing the texts
+    (texts / "play0.txt").write_text("Speak again.\n\n" * 200)
+    assert run_prepare(f"--input={texts}/", cwd=tmp_path).returncode == 0
+    assert shards.load_meta(str(tmp_path / "data" / "mytexts_byte"))["generation"] == 2
+    # --overwrite replaces it; so does another --name, beside it
+    assert run_prepare("--input=mytexts/*.md", "--overwrite", cwd=tmp_path).returncode == 0
+    meta = shards.load_meta(str(tmp_path / "data" / "mytexts_byte"))
+    assert meta["input"] == str(texts / "*.md") and meta["generation"] == 3
+    assert meta["source"] == "local: mytexts/*.md (1 file)"  # not "1 files"
+    assert run_prepare("--input=mytexts", "--name=all", cwd=tmp_path).returncode == 0
+
+
+def test_a_directory_without_texts_says_which_files_it_reads(tmp_path):
+    (tmp_path / "pictures").mkdir()
+    (tmp_path / "pictures" / "a.png").write_bytes(b"\x89PNG")
+    r = run_prepare("--input=pictures", cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert "a directory (its *.txt and *.md files are read)" in r.stderr, r.stderr

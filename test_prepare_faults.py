@@ -183,7 +183,7 @@ def kill_when(root, moment):
     """Starts a re-prepare of new.txt over root/book, and sends it SIGKILL at moment: a number of
     seconds, or a condition on the dataset directory. Returns (moment reached?, exit code)."""
     args = [sys.executable, str(HERE / "prepare.py"), f"--input={root / 'new.txt'}", "--name=book",
-            f"--out_root={root}", "--shard_size=100000", "--workers=1"]
+            f"--out_root={root}", "--shard_size=100000", "--workers=1", "--overwrite"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0, meta_inode = time.time(), os.stat(root / "book" / "meta.json").st_ino
     conditions = {
@@ -227,7 +227,7 @@ def test_sigkill_while_re_preparing(tmp_path):
         seen.append(f"{moment}: {ending}, {what}: {state(root / 'book')}")
         assert what != "NEITHER", seen[-1]
         prepare.prepare(input=str(root / "new.txt"), name="book", out_root=root, shard_size=100_000,
-                        workers=1, quiet=True)  # the next run cleans up and completes
+                        workers=1, quiet=True, overwrite=True)  # the next run cleans up, completes
         assert same(load(root / "book"), new) and only_the_named_set(root / "book"), seen[-1]
         shutil.rmtree(root)
     print("\n".join(seen))
@@ -241,7 +241,8 @@ def test_ctrl_c_exits_130_and_keeps_the_old_set(tmp_path):
                     shard_size=100_000, workers=1, quiet=True)
     old = load(tmp_path / "book")
     args = [sys.executable, str(HERE / "prepare.py"), f"--input={tmp_path / 'new.txt'}",
-            "--name=book", f"--out_root={tmp_path}", "--shard_size=100000", "--workers=1"]
+            "--name=book", f"--out_root={tmp_path}", "--shard_size=100000", "--workers=1",
+            "--overwrite"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0 = time.time()
     while not list(tmp_path.glob("book/*.gen-2_*.bin")) and time.time() - t0 < 30:

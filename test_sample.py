@@ -13,6 +13,7 @@ import sample
 import shards
 import train
 from model import CHECKPOINT_FORMAT, GPT, GPTConfig, VALUE_MODES
+from test_prepare import gpt2, gpt2_encoding  # noqa: F401 (fixtures: GPT-2 offline, or a skip)
 
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=320, bias=False)
 BYTE_TOKENIZER = {"tokenizer": "byte", "vocab_size": 257, "eot": 256}
@@ -163,3 +164,114 @@ def test_learned_lambdas_are_reported(tmp_path):
     _, err, _ = run(make_checkpoint(tmp_path / "fixed", "resformer"), "--num_samples=1",
                     "--max_new_tokens=2")
     assert "learned lambdas" not in err
+
+
+# ---- issue 22: the real-words share, the data a model trained on, the README's notebook ----
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REAL_WORDS = re.compile(r"real words: ([\d.]+)% of the ([\d,]+) sampled words occur in the "
+                        r"training text of (.+)\n")
+
+
+def reference_share(data_dir, tokenizer, samples):
+    """The measure as README defines it, written out again: ASCII-letter words, lowercased,
+    looked up among the words of the decoded train split (end-of-text left out)."""
+    words = lambda text: [w.lower() for w in re.findall(r"[A-Za-z]+", text)]
+    meta = shards.load_meta(data_dir)
+    train = [t for p in shards.list_shards(data_dir, "train")
+             for t in shards.read_shard(p, meta["vocab_size"]).tolist() if t != tokenizer.eot]
+    vocabulary = set(words(tokenizer.decode(train)))
+    sampled = words("\n".join(tokenizer.decode([t for t in s if t != tokenizer.eot])
+                              for s in samples))
+    return sum(w in vocabulary for w in sampled) / len(sampled), len(sampled)
+
+
+def test_sample_reports_the_share_of_real_words(trained):
+    _, err, result = run(trained, "--num_samples=3", "--max_new_tokens=60", "--seed=3")
+    found = REAL_WORDS.search(err)
+    assert found, err
+    data_dir = train.load_checkpoint(os.path.join(trained, "ckpt.pt"))["config"]["dataset"]
+    share, n = reference_share(data_dir, shards.get_tokenizer("byte"), result["tokens"])
+    assert found.group(3) == data_dir and int(found.group(2).replace(",", "")) == n > 0
+    assert float(found.group(1)) == pytest.approx(100 * share, abs=0.05)
+    assert result["real_words"] == pytest.approx(share)
+    vocabulary, _ = shards.training_vocabulary(data_dir, shards.get_tokenizer("byte"))
+    assert {"romeo", "juliet", "window"} <= vocabulary
+    assert shards.real_word_share("Romeo, ROMEO! zzyzx window", vocabulary) == (0.75, 4)
+
+
+def test_real_words_with_gpt2_tokens(tmp_path, gpt2):
+    text = "But soft, what light through yonder window breaks? It is the east.\n"
+    data_dir = prepare.prepare(documents=[text * 30, text.upper() * 30] * 5, name="g",
+                               tokenizer="gpt2", out_root=str(tmp_path), quiet=True, workers=1)
+    vocabulary, scanned = shards.training_vocabulary(data_dir, gpt2)
+    assert {"soft", "yonder", "window", "east"} <= vocabulary and "endoftext" not in vocabulary
+    assert scanned == shards.load_meta(data_dir)["train_tokens"]
+    out_dir = make_checkpoint(tmp_path / "out", vocab_size=50304)
+    ckpt = torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=False)
+    ckpt["tokenizer"] = {"tokenizer": "gpt2", "vocab_size": 50257, "eot": 50256}
+    ckpt["config"] = {"dataset": data_dir}
+    torch.save(ckpt, os.path.join(out_dir, "ckpt.pt"))
+    _, err, result = run(out_dir, "--num_samples=2", "--max_new_tokens=30", "--start=But soft")
+    share, n = reference_share(data_dir, gpt2, result["tokens"])
+    assert REAL_WORDS.search(err) and result["real_words"] == pytest.approx(share)
+
+
+ROMEO_TEXT = "ROMEO: But soft, what light through yonder window breaks?\n"
+
+
+def train_one_step(tmp_path):
+    """(out_dir, data_dir) of a 1-step tiny run on a byte dataset named d."""
+    data_dir = prepare.prepare(documents=[ROMEO_TEXT * 20] * 4, name="d", out_root=str(tmp_path),
+                               quiet=True, workers=1)
+    cfg = dict(train.DEFAULTS, dataset=data_dir, out_dir=str(tmp_path / "out"), device="cpu",
+               n_layer=1, n_embd=16, n_head=2, block_size=16, batch_size=2, eval_iters=1,
+               max_iters=1, log_interval=1)
+    train.train(cfg)
+    return cfg["out_dir"], data_dir
+
+
+def test_sample_says_when_the_data_changed_since_training(tmp_path):
+    out_dir, data_dir = train_one_step(tmp_path)
+    # the same name, other text: sampling still works, and says the measure is against other data
+    prepare.prepare(documents=["Other words entirely.\n" * 30] * 4, name="d",
+                    out_root=str(tmp_path), quiet=True, workers=1)
+    _, err, _ = run(out_dir, "--num_samples=1", "--max_new_tokens=5")
+    assert (f"note: {data_dir} changed since this model trained on it (generation 1: " in err
+            and "; now generation 2: " in err and REAL_WORDS.search(err))
+
+
+def test_sample_says_when_the_tokenizer_no_longer_matches(tmp_path, gpt2):
+    out_dir, data_dir = train_one_step(tmp_path)
+    text = ROMEO_TEXT
+    cfg = {"out_dir": out_dir}
+    # another tokenizer under that name: decoding stays with the checkpoint's, and says so
+    prepare.prepare(documents=[text * 20] * 4, name="d", tokenizer="gpt2", out_root=str(tmp_path),
+                    quiet=True, workers=1, overwrite=True)
+    out, err, _ = run(cfg["out_dir"], "--num_samples=1", "--max_new_tokens=5", "--start=ROMEO")
+    assert (f"note: {data_dir} now holds gpt2 tokens, but this model was trained on byte tokens: "
+            f"decoding with byte, as the checkpoint records; real words not counted") in err
+    assert out.startswith("ROMEO") and not REAL_WORDS.search(err)
+
+
+def test_the_readme_notebook_snippet_turns_text_into_tokens_and_back(trained):
+    readme = open(os.path.join(HERE, "README.md")).read()
+    snippet = readme.split("Load a trained model in a notebook:")[1].split("```python\n")[1]
+    snippet = snippet.split("```")[0]
+    assert "get_tokenizer(" in snippet and "_tiktoken_encoding" not in snippet
+    done = subprocess.run([sys.executable, "-c", snippet], cwd=os.path.dirname(trained),
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": HERE})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ROMEO:") and len(done.stdout) > len("ROMEO:") + 20
+
+
+def test_nothing_in_the_product_refers_to_the_shared_folder():
+    """../shared is the developers' folder; a clone does not have it."""
+    product = [f for f in os.listdir(HERE) if f.endswith((".py", ".md", ".txt"))
+               and not f.startswith(("test_", "conftest"))]
+    product += [os.path.join("config", f) for f in os.listdir(os.path.join(HERE, "config"))]
+    assert "README.md" in product and "sample.py" in product
+    for name in product:
+        text = open(os.path.join(HERE, name), encoding="utf-8").read()
+        assert "../shared" not in text and "shared/tools" not in text, name

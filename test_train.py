@@ -290,7 +290,8 @@ def test_torchrun_two_processes_gloo(data_dir, tmp_path):
     # once, not once per rank
     assert [r["iter"] for r in log if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]
     assert result.stdout.count("step 6: train loss") == 1  # only rank 0 prints
-    assert "256 tokens/step (8 x 16 x 1 micro-steps x 2 rank(s))" in result.stdout
+    # the default accumulation: one micro-step on each rank
+    assert "256 tokens/step (8 x 16 x 1 micro-step x 2 ranks)" in result.stdout
 
 
 def test_torchrun_explicit_accumulation_that_does_not_divide_is_a_one_line_error(data_dir,
@@ -499,7 +500,10 @@ def test_sequential_ranks_read_disjoint_chunks_and_skip_shards_too_short_for_eve
         assert ranks[0].shard == ranks[1].shard != 2
         assert x0[0, 0] + 128 == x1[0, 0]  # neighbouring chunks, no overlap
         assert torch.equal(y0.flatten()[:-1], x0.flatten()[1:])
-    with pytest.raises(shards.DataError, match="every shard is shorter than the 257 tokens"):
+    with pytest.raises(shards.DataError, match=r"every shard of the train split is shorter than "
+                                               r"the 257 tokens one step needs \(2 ranks x "
+                                               r"batch_size 8 x block_size 16 \+ 1; the longest "
+                                               r"has 200\)"):
         train.Batches(tokens[2:] * 2, 8, 16, seed=0, rank=1, world=2)
 
 
@@ -509,8 +513,9 @@ def test_every_shard_too_short_is_a_one_line_error(tmp_path):
                         "--batch_size=8", "--block_size=16", "--n_layer=1", "--n_embd=16",
                         "--n_head=2", "--device=cpu")
     assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr == ("error: every shard is shorter than the 129 tokens one batch needs "
-                             "(batch_size 8 x block_size 16 x 1 ranks)\n")
+    assert result.stderr == (f"error: every shard of the train split of {data} is shorter than "
+                             f"the 129 tokens one step needs (1 rank x batch_size 8 x block_size "
+                             f"16 + 1; the longest has 120): lower --batch_size or --block_size\n")
 
 
 def test_second_run_on_an_out_dir_is_refused_until_the_first_is_gone(data_dir, tmp_path):

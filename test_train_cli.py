@@ -151,3 +151,119 @@ def test_whole_split_loss_visits_every_token_exactly_once():
             train.full_split_loss(part, shards, 8, 3, "cpu", nullcontext(), rank=rank, world=2)
         seen += part.seen
     assert sorted(seen) == sorted(model.seen)
+
+
+# ---- issue 22: nothing changes behind the user's back ----
+
+def tiny_data(root, text="Speak, speak, my lord. ", n=2000, **kw):
+    """A small byte dataset under root: documents of `text`."""
+    docs = [f"{text}{i}\n" * 40 for i in range(n // 40)]
+    return prepare.prepare(documents=docs, name="d", out_root=str(root), quiet=True, workers=1,
+                           **kw)
+
+
+def test_resume_on_data_that_changed_is_refused_unless_asked_for(tmp_path, capsys):
+    data = tiny_data(tmp_path / "data")
+    out = str(tmp_path / "run")
+    assert train.main(TINY + [f"--dataset={data}", f"--out_dir={out}", "--max_iters=10"]) == 0
+    before = train.load_checkpoint(os.path.join(out, "ckpt.pt"))["data"]
+    tiny_data(tmp_path / "data", text="Other words. ", n=400)  # the same name, other text
+    with pytest.raises(ConfigError) as error:
+        train.main([f"--out_dir={out}", "--resume", "--max_iters=20"])
+    message = str(error.value)
+    assert message.startswith(f"cannot resume {out}/ckpt.pt: it trained on {data} (generation 1: "
+                              f"{before['train_tokens']:,} train + {before['val_tokens']:,} val "
+                              f"tokens), but {data} now holds other data (generation 2: ")
+    assert message.endswith("prepare the original data again, or go on with this data with "
+                            "--new_data") and "\n" not in message
+    assert train.load_checkpoint(os.path.join(out, "ckpt.pt"))["iter_num"] == 10  # untouched
+    capsys.readouterr()
+    # said explicitly: it goes on, and says what changed
+    assert train.main([f"--out_dir={out}", "--resume", "--max_iters=20", "--new_data"]) == 0
+    printed = capsys.readouterr().out
+    assert f"resume: the data changed: {data} (generation 1: " in printed
+    assert f" -> {data} (generation 2: " in printed
+    ckpt = train.load_checkpoint(os.path.join(out, "ckpt.pt"))
+    assert ckpt["iter_num"] == 20 and ckpt["data"]["generation"] == 2
+    assert "new_data" not in ckpt["config"]  # an action, not a setting the next resume restores
+    # the same data re-prepared (same shards, new generation) is the same data
+    tiny_data(tmp_path / "data", text="Other words. ", n=400)
+    assert train.main([f"--out_dir={out}", "--resume", "--max_iters=22"]) == 0
+
+
+def test_resume_announces_every_setting_that_changes_in_effect(data_dir, tmp_path, capsys):
+    """Issue 22: --resume --max_iters=100 after 50 steps printed only max_iters, yet the cosine
+    (whose end follows max_iters) restarted higher and the clipped warmup doubled."""
+    out = str(tmp_path / "run")
+    base = [a for a in TINY if not a.startswith("--warmup_iters")]
+    assert train.main(base + [f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=20",
+                              "--warmup_iters=100", "--learning_rate=1e-3", "--min_lr=1e-4"]) == 0
+    capsys.readouterr()
+    assert train.main([f"--out_dir={out}", "--resume", "--max_iters=40"]) == 0
+    printed = capsys.readouterr().out.split("settings:")[0].splitlines()
+    old = dict(train.DEFAULTS, max_iters=20, warmup_iters=100, learning_rate=1e-3, min_lr=1e-4)
+    new = dict(old, max_iters=40)
+    assert printed[:4] == [
+        "resume: max_iters: 20 -> 40",
+        "resume: warmup_iters in effect: 2 -> 4",
+        "resume: lr_decay_iters in effect: 20 -> 40",
+        f"resume: learning rate at step 20: {train.get_lr(20, old):.2e} -> "
+        f"{train.get_lr(20, new):.2e} (the schedule changed)"]
+    second = records(out, "config")[1]
+    assert second["changes_in_effect"] == printed[1:4]
+
+
+def test_settings_show_the_values_in_effect_and_leave_out_actions(data_dir, tmp_path, capsys):
+    """Issue 22: the settings line said warmup_iters=100 after 'warming up for 10 steps',
+    device=auto, n_kv_head=0, and on resume overwrite=True restored from the checkpoint."""
+    out = str(tmp_path / "run")
+    args = [a for a in TINY if not a.startswith(("--warmup_iters", "--device"))]
+    args += [f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=20", "--warmup_iters=100"]
+    train.main(args + ["--max_iters=2"])
+    capsys.readouterr()
+    assert train.main(args + ["--overwrite"]) == 0
+    printed = capsys.readouterr().out
+    assert "warming up for 2 steps" in printed
+    line = next(l for l in printed.splitlines() if l.startswith("settings: "))
+    shown = dict(kv.split("=", 1) for kv in line[len("settings: "):].split())
+    device = train.setup_device("auto")[0]
+    assert (shown["warmup_iters"], shown["lr_decay_iters"], shown["n_kv_head"]) == ("2", "20", "2")
+    assert shown["device"] == device != "auto" and shown["dtype"] != "auto"
+    assert "overwrite" not in shown and "resume" not in shown
+    logged = records(out, "config")[0]["settings"]
+    assert {k: str(v) for k, v in logged.items()} == shown  # log.jsonl's first record: the same
+    assert "overwrite" not in train.load_checkpoint(os.path.join(out, "ckpt.pt"))["config"]
+    assert train.main([f"--out_dir={out}", "--resume", "--max_iters=22"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("settings: "))
+    assert "overwrite=" not in line and "resume=" not in line and "max_iters=22" in line
+
+
+def test_a_short_split_is_named_with_its_real_numbers(tmp_path):
+    """Issue 22: 'every shard is shorter than the 1,026 tokens one batch needs (batch_size 12 x
+    block_size 1024 x 1 ranks)' when only the validation split was short."""
+    data = tiny_data(tmp_path / "data", val_tokens=40)
+    r = run("--dataset=" + data, f"--out_dir={tmp_path / 'out'}", "--block_size=64",
+            "--n_layer=1", "--n_head=2", "--n_embd=16", "--device=cpu")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == (f"error: the val split of {data} has 40 tokens, fewer than the 66 one "
+                        f"window needs (block_size 64 + 2): use --block_size=38 or less, or "
+                        f"prepare more text\n")
+
+
+def test_words_and_suggestions(data_dir, tmp_path):
+    """Issue 22: --max_iter suggests max_iters; --resume=true and --compile=false are accepted;
+    '1 step', not '1 steps'; --resume on a finished run says it is already there."""
+    r = run("--max_iter=10", f"--out_dir={tmp_path}")
+    assert r.returncode == 1 and r.stderr == ("error: unknown setting --max_iter "
+                                              "(did you mean --max_iters?)\n")
+    out = str(tmp_path / "run")
+    r = run(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=1",
+            "--compile=false")
+    assert r.returncode == 0, r.stderr
+    assert ", 1 step, data " in r.stdout and "x 1 micro-step x 1 rank)" in r.stdout
+    evals = len(records(out, "eval"))
+    r = run(f"--out_dir={out}", "--resume=true")
+    assert r.returncode == 0, r.stderr
+    assert (f"{out}/ckpt.pt is already at step 1 of max_iters 1: nothing to train; to go "
+            f"further, --resume with a larger --max_iters") in r.stdout
+    assert "saved" not in r.stdout and len(records(out, "eval")) == evals  # nothing trained

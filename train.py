@@ -31,7 +31,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import shards
-from configurator import TRAIN_SETTINGS, ConfigError, defaults_of, given_keys, parse_args
+from configurator import (ACTIONS, TRAIN_SETTINGS, ConfigError, defaults_of, given_keys,
+                          parse_args, plural)
 from model import (CHECKPOINT_FORMAT, GPT, GPTConfig, gpu_peak_flops, load_checkpoint,
                    optimizer_step, setup_device)
 
@@ -70,6 +71,15 @@ def warmup_steps(cfg):
     return cfg["warmup_iters"] if cfg["warmup_iters"] < decay_end else decay_end // 10
 
 
+def in_effect(cfg, device, dtype):
+    """The settings as the run uses them: derived values filled in (warmup clipped, the decay's
+    end, auto device and dtype, key/value heads), the actions (resume, overwrite) left out."""
+    return {**{k: v for k, v in cfg.items() if k not in ACTIONS},
+            "warmup_iters": warmup_steps(cfg),
+            "lr_decay_iters": cfg["lr_decay_iters"] or cfg["max_iters"],
+            "n_kv_head": cfg["n_kv_head"] or cfg["n_head"], "device": device, "dtype": dtype}
+
+
 def get_lr(it, cfg):
     """Linear warmup, then cosine decay from learning_rate to min_lr at lr_decay_iters
     (0 = max_iters)."""
@@ -93,7 +103,7 @@ class Batches:
     """
 
     def __init__(self, token_shards, batch_size, block_size, seed, rank=0, world=1,
-                 sequential=None):
+                 sequential=None, split="train split"):
         self.shards, self.B, self.T, self.rank, self.world = (
             token_shards, batch_size, block_size, rank, world)
         self.sequential = len(token_shards) > 1 if sequential is None else sequential
@@ -101,9 +111,17 @@ class Batches:
         need = (world * batch_size * block_size + 1) if self.sequential else block_size + 2
         self.usable = [i for i, s in enumerate(token_shards) if len(s) >= need]
         if not self.usable:
-            raise shards.DataError(f"every shard is shorter than the {need:,} tokens "
-                                   f"one batch needs (batch_size {batch_size} x "
-                                   f"block_size {block_size} x {world} ranks)")
+            longest = max(len(s) for s in token_shards)
+            if not self.sequential:  # a random window: block_size + 1 tokens, and a choice of start
+                fix = (f"use --block_size={longest - 2} or less, or prepare more text"
+                       if longest > 2 else "prepare more text")
+                raise shards.DataError(f"the {split} has {plural(longest, 'token')}, fewer than "
+                                       f"the {need:,} one window needs (block_size {block_size} "
+                                       f"+ 2): {fix}")
+            raise shards.DataError(f"every shard of the {split} is shorter than the {need:,} "
+                                   f"tokens one step needs ({plural(world, 'rank')} x batch_size "
+                                   f"{batch_size} x block_size {block_size} + 1; the longest has "
+                                   f"{longest:,}): lower --batch_size or --block_size")
         self.shard, self.pos = self.usable[0], rank * batch_size * block_size
 
     def next(self):
@@ -128,6 +146,8 @@ class Batches:
     def load_state(self, state):
         self.generator.set_state(state["generator"])
         self.shard, self.pos = state["shard"], state["pos"]
+        if self.shard not in self.usable:  # other data (--new_data): start from its beginning
+            self.shard, self.pos = self.usable[0], self.rank * self.B * self.T
 
 
 class DiskFull(OSError):
@@ -191,10 +211,12 @@ def resolve_resume(cfg, given, ckpt_path):
     """--resume: the checkpoint's settings, changed only where given (each change announced).
     given: the keys set on the command line or by a preset (None: every key of cfg)."""
     ckpt = load_checkpoint(ckpt_path)
-    saved = {**DEFAULTS, **ckpt["config"]}
+    # the actions (resume, overwrite, new_data) are this command's, never the checkpoint's
+    saved = {**DEFAULTS, **{k: v for k, v in ckpt["config"].items() if k not in ACTIONS},
+             **{k: cfg[k] for k in ACTIONS}}
     given = set(cfg) if given is None else set(given)
     changes = {k: (saved.get(k), cfg[k])
-               for k in given - {"resume", "overwrite"} if saved.get(k) != cfg[k]}
+               for k in given - set(ACTIONS) if saved.get(k) != cfg[k]}
     shape = {k: v for k, v in changes.items() if k in MODEL_KEYS}
     if shape:
         shown = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in shape.items())
@@ -202,6 +224,41 @@ def resolve_resume(cfg, given, ckpt_path):
                           f"a run keeps its model shape: "
                           f"drop those settings, or start a new run with another --out_dir")
     return {**saved, **{k: b for k, (_, b) in changes.items()}, "resume": True}, ckpt, changes
+
+
+def check_resume_data(ckpt_path, ckpt, data, cfg, changes):
+    """A resume goes on with the data the checkpoint trained on, unless the user says otherwise
+    (--new_data, or another --dataset); tokens of another tokenizer never fit the model."""
+    then = ckpt.get("data")  # checkpoints of older versions record none: nothing to compare
+    if then is None or then["sha256"] == data["sha256"]:
+        return None
+    if then["tokenizer"] != data["tokenizer"]:
+        raise ConfigError(f"cannot resume {ckpt_path}: its model reads {then['tokenizer']} "
+                          f"tokens, {data['dir']} holds {data['tokenizer']} tokens: resume on "
+                          f"data prepared with --tokenizer={then['tokenizer']}")
+    if not cfg["new_data"] and "dataset" not in changes:
+        raise ConfigError(f"cannot resume {ckpt_path}: it trained on {then['dir']} "
+                          f"({shards.describe(then)}), but {data['dir']} now holds other data "
+                          f"({shards.describe(data)}): prepare the original data again, "
+                          f"or go on with this data with --new_data")
+    return (f"resume: the data changed: {then['dir']} ({shards.describe(then)}) -> "
+            f"{data['dir']} ({shards.describe(data)})")
+
+
+def changed_in_effect(ckpt, cfg, settings, changes, iter_num):
+    """What a resume changes beyond the settings given: derived values (the decay's end that
+    follows max_iters, a clipped warmup, an auto device) and the learning rate where it resumes."""
+    saved = {**DEFAULTS, **ckpt["config"]}
+    # checkpoints of older versions record only the settings: derive theirs the same way
+    before = ckpt.get("settings_in_effect") or in_effect(saved, settings["device"],
+                                                         settings["dtype"])
+    lines = [f"resume: {k} in effect: {before[k]!r} -> {v!r}" for k, v in settings.items()
+             if k in before and before[k] != v and changes.get(k) != (before[k], v)]
+    old_lr, new_lr = get_lr(iter_num, saved), get_lr(iter_num, cfg)
+    if not math.isclose(old_lr, new_lr, rel_tol=1e-9):
+        lines.append(f"resume: learning rate at step {iter_num}: {old_lr:.2e} -> {new_lr:.2e} "
+                     f"(the schedule changed)")
+    return lines
 
 
 def build(cfg, vocab_size, device, ckpt):
@@ -305,15 +362,18 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     if ddp:
         dist.barrier()
     meta = shards.load_meta(data_dir)
+    data = shards.data_identity(data_dir, meta)
+    data_note = check_resume_data(ckpt_path, ckpt, data, cfg, changes) if ckpt else None
     train_shards = [shards.read_shard(p, meta["vocab_size"])
                     for p in shards.list_shards(data_dir, "train")]
     val_shards = [shards.read_shard(p, meta["vocab_size"])
                   for p in shards.list_shards(data_dir, "val")]
-    batches = Batches(train_shards, cfg["batch_size"], cfg["block_size"], cfg["seed"], rank, world)
+    batches = Batches(train_shards, cfg["batch_size"], cfg["block_size"], cfg["seed"], rank, world,
+                      split=f"train split of {data_dir}")
     # Loss estimates use the same fixed windows every time, so curves compare across steps
     # and modes.
     eval_batches = {split: Batches(s, cfg["batch_size"], cfg["block_size"], seed=1234,
-                                   sequential=False)
+                                   sequential=False, split=f"{split} split of {data_dir}")
                     for split, s in (("train", train_shards), ("val", val_shards))}
 
     # ---- model and optimizer, fresh or from the checkpoint ----
@@ -322,6 +382,7 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     raw_model, optimizer, model_args = build(cfg, vocab_size, device, ckpt)
     torch.manual_seed(cfg["seed"] + rank)  # then each rank its own dropout stream
     iter_num, best_val_loss = 0, float("inf")
+    settings, effects = in_effect(cfg, device, dtype), []
     if ckpt is not None:
         if len(ckpt["rank_states"]) != world:
             raise ConfigError(f"{ckpt_path} was written by {len(ckpt['rank_states'])} process(es); "
@@ -332,7 +393,9 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
         if device_type == "cuda" and state.get("cuda") is not None:
             torch.cuda.set_rng_state(state["cuda"])
         iter_num, best_val_loss = ckpt["iter_num"], ckpt["best_val_loss"]
+        effects = changed_in_effect(ckpt, cfg, settings, changes, iter_num)
     start_iter, ckpt = iter_num, None  # free the checkpoint's memory
+    done_before = cfg["resume"] and iter_num >= cfg["max_iters"]  # a finished run resumed
     scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
     model = torch.compile(raw_model) if cfg["compile"] else raw_model
     if ddp:
@@ -379,8 +442,9 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
             save_checkpoint(ckpt_path, {
                 "format": CHECKPOINT_FORMAT, "model": raw_model.state_dict(),
                 "optimizer": optimizer.state_dict(),
-                "model_args": model_args, "config": cfg, "iter_num": iter_num,
-                "best_val_loss": best_val_loss,
+                "model_args": model_args, "iter_num": iter_num, "best_val_loss": best_val_loss,
+                "config": {k: v for k, v in cfg.items() if k not in ACTIONS},
+                "settings_in_effect": settings, "data": data,
                 "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")},
                 "rank_states": rank_states})
         except DiskFull:
@@ -413,19 +477,24 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     if master:
         for key, (old, new) in changes.items():
             print(f"resume: {key}: {old!r} -> {new!r}")
+        for line in effects + ([data_note] if data_note else []):
+            print(line)
         if cfg["resume"]:
             print(f"resuming {ckpt_path} at step {iter_num}")
+        if done_before:
+            print(f"{ckpt_path} is already at step {iter_num} of max_iters {cfg['max_iters']}: "
+                  f"nothing to train; to go further, --resume with a larger --max_iters")
         if warmup_steps(cfg) != cfg["warmup_iters"]:
             print(f"note: warmup_iters {cfg['warmup_iters']} would fill the whole schedule: "
-                  f"warming up for {warmup_steps(cfg)} steps")
-        print("settings: " + " ".join(f"{k}={v}" for k, v in cfg.items()))
+                  f"warming up for {plural(warmup_steps(cfg), 'step')}")
+        print("settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
         print(f"{cfg['value_mode']}: {raw_model.num_params() / 1e6:.2f}M parameters, "
               f"{device} {dtype}, "
               f"{tokens_per_step:,} tokens/step ({cfg['batch_size']} x {cfg['block_size']} x "
-              f"{accumulation} micro-steps x {world} rank(s)), {cfg['max_iters']} steps, "
-              f"data {data_dir}")
-        log({"kind": "config", "iter": iter_num, "settings": cfg,
-             "changes": {k: list(v) for k, v in changes.items()},
+              f"{plural(accumulation, 'micro-step')} x {plural(world, 'rank')}), "
+              f"{plural(cfg['max_iters'], 'step')}, data {data_dir}")
+        log({"kind": "config", "iter": iter_num, "settings": settings,
+             "changes": {k: list(v) for k, v in changes.items()}, "changes_in_effect": effects,
              "num_params": raw_model.num_params(), "device": device, "dtype": dtype, "world": world,
              "tokens_per_step": tokens_per_step})
 
@@ -459,7 +528,7 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     evals, speeds, status, val_loss = [], [], "done", float("nan")
     t0, t_run, last_log_iter = time.time(), time.time(), iter_num
     try:
-        while True:
+        while not done_before:
             if iter_num % cfg["eval_interval"] == 0 and (iter_num > start_iter or iter_num == 0) \
                     or iter_num == cfg["max_iters"]:
                 losses = estimate_loss()
@@ -551,7 +620,8 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
         if master:
             log({"kind": "final", "iter": iter_num, "val_loss_full": full_val, "val_tokens": n})
             print(f"val loss over the whole validation split ({n:,} tokens): {full_val:.4f}")
-            print(f"saved {ckpt_path} (step {iter_num}); sample from it: "
+            print(f"{'kept' if done_before else 'saved'} {ckpt_path} (step {iter_num}); "
+                  f"sample from it: "
                   f"python sample.py --out_dir={cfg['out_dir']}")
     if status == "diverged" and master:
         log({"kind": "diverged", "iter": iter_num})
