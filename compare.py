@@ -35,8 +35,8 @@ import torch
 
 import plots
 import shards
-from analysis import (analyse, bracketed, crossing, internals, lr_range, next_lr, paired_stats,
-                      round_lr, verdict)
+import tables
+from analysis import analyse, crossing, internals, next_lr, paired_stats, round_lr
 from configurator import (ACTIONS, TRAIN_SETTINGS, ConfigError, defaults_of, given_keys,
                           load_config, parse_args, parse_list, plural)
 from model import GPT, load_checkpoint
@@ -479,122 +479,6 @@ def per_mode(summaries, names, seeds, point):
     return results
 
 
-def fmt_interval(stats):
-    return ("-" if stats["interval"] is None
-            else f"[{stats['interval'][0]:+.4f}, {stats['interval'][1]:+.4f}]")
-
-
-def search_table(search, seeds):
-    """The learning-rate search as markdown: mean final loss per lr and variant, the best in
-    bold, whether it is bracketed, and how wide the good range is."""
-    lrs = sorted({lr for by_lr in search.values() for lr in by_lr})
-    md = [f"\n## Learning-rate search (seeds {seeds}, never the reported ones)\n",
-          "Mean final val loss over the search seeds at each peak lr (min_lr follows; "
-          "inf = diverged). Best in bold; good range = the lrs within 0.02 of the best.\n",
-          "| variant | " + " | ".join(f"{lr:g}" for lr in lrs) +
-          " | best lr | bracketed | good range | loss at 2x best |",
-          "|---" * (len(lrs) + 5) + "|"]
-    for name, by_lr in search.items():
-        means = {lr: float(np.mean(v)) for lr, v in by_lr.items()}
-        best = min(means, key=means.get)
-        spread = lr_range(means)
-        double = spread["loss_at_double"]
-        cells = [("-" if lr not in means else f"**{means[lr]:.4f}**" if lr == best
-                  else f"{means[lr]:.4f}") for lr in lrs]
-        md.append(f"| {name} | " + " | ".join(cells) + f" | {best:g} | "
-                  f"{'yes' if bracketed(means) else 'NO (grid capped)'} | "
-                  f"{spread['good_lrs'][0]:g} - {spread['good_lrs'][1]:g} | " +
-                  ("not measured" if double is None else f"{double:.4f}") + " |")
-    return md
-
-
-def write_tables(root, results, sweep, info, search=None):
-    with open(os.path.join(root, "results.json"), "w") as f:
-        json.dump({"info": info, "modes": results, "sweep": sweep,
-                   "lr_search": {n: {f"{lr:g}": v for lr, v in by_lr.items()}
-                                 for n, by_lr in (search or {}).items()}}, f, indent=1)
-    reused = (f" ({info['reused']} of {plural(info['runs'], 'run')} reused)" if info["reused"]
-              else "")
-    tuned = ("" if not search else
-             "Each variant at its own best peak learning rate (" +
-             ", ".join(f"{n} {lr:g}" for n, lr in info["best_lrs"].items()) +
-             f"), found on the search seeds {info['tune_seeds']}; the search is below.\n")
-    paired = "vanilla" in results  # without vanilla there is nothing to pair with
-    md = ["# Value residual comparison\n",
-          f"`{info['command']}` — {info['hardware']}, {plural(info['jobs'], 'run')} side "
-          f"by side, {info['wall_min']:.1f} min{reused}\n", tuned,
-          f"Final val loss = the whole validation split, every token once. Seeds {info['seeds']}: "
-          f"same seed = same initial weights' RNG and the same batches in every mode." +
-          (" Paired difference = variant - vanilla per seed; "
-           "interval = 95% Student t (n-1 df).\n" if paired else "\n"),
-          "| variant | params | tokens | val loss (mean ± std) |" +
-          (" paired diff per seed | mean diff | 95% interval | wins | verdict |" if paired else ""),
-          "|---" * (9 if paired else 4) + "|"]
-    for name, r in results.items():
-        p = r.get("paired")
-        cells = ([] if not paired else ["-", "-", "-", "-", "-"] if not p else
-                 [", ".join(f"{d:+.4f}" for d in p["differences"]), f"{p['mean']:+.4f}",
-                  fmt_interval(p), f"{p['wins']} of {p['n']}", verdict(p)])
-        md.append(f"| {name} | {r['num_params'] / 1e6:.3f}M | {r['total_tokens'] / 1e6:.2f}M | "
-                  f"{r['val_loss_mean']:.4f} ± {r['val_loss_std']:.4f} |" +
-                  "".join(f" {c} |" for c in cells))
-    if "vanilla" in results:
-        md.append("\nIn-run crossing (labelled as such: with a cosine schedule it is not the "
-                  "data-efficiency measure above): tokens at which each variant's fixed-window "
-                  "val curve first reaches vanilla's final fixed-window loss, per seed, as a share "
-                  "of vanilla's tokens.\n")
-        total = results["vanilla"]["total_tokens"]
-        for name, r in results.items():
-            if r.get("crossing_tokens"):
-                shown = ", ".join("never" if c is None else f"{c / total:.0%}"
-                                  for c in r["crossing_tokens"])
-                md.append(f"- {name}: {shown}")
-    md += ["\n| variant | KV cache B/token | train tokens/s (per run) |", "|---|---|---|"]
-    for n, r in results.items():
-        speed = f"{r['tokens_per_sec']:,.0f}" if np.isfinite(r["tokens_per_sec"]) else "-"
-        md.append(f"| {n} | {r['kv_cache_bytes_per_token']:,} | {speed} |")
-    for key, title in (("attention_entropy",
-                        "Attention entropy per layer (nats; higher = less concentrated)"),
-                       ("similarity",
-                        "Token similarity per layer (mean pairwise cosine; higher = smoother)")):
-        md += [f"\n## {title}\n", "| layer | " + " | ".join(results) + " |",
-               "|---" * (len(results) + 1) + "|"]
-        for layer in range(max(len(r[key]) for r in results.values())):
-            md.append(f"| {layer + 1} | " +
-                      " | ".join(f"{r[key][layer]:.4f} ± {r[key + '_std'][layer]:.4f}"
-                                 if layer < len(r[key]) else "-" for r in results.values()) +
-                      " |")
-    learned = {n: r["lambdas"] for n, r in results.items() if "lambdas" in r}
-    for name, lambdas in learned.items():
-        md += [f"\n## Learned lambdas of {name} (mean over seeds)\n",
-               "| layer | lambda_1 (V_1) | lambda_2 (V_n) |",
-               "|---|---|---|"] + [f"| {i + 2} | {a:.3f} | {b:.3f} |"
-                                   for i, (a, b) in enumerate(lambdas)]
-    if search:
-        md += search_table(search, info["tune_seeds"])
-    if sweep and not paired:
-        md += ["\n## Sweep: val loss at each point (no vanilla to compare with)\n",
-               "| point | variant | val loss (mean ± std) |", "|---|---|---|"]
-        md += [f"| {point} | {name} | {r['val_loss_mean']:.4f} ± {r['val_loss_std']:.4f} |"
-               for point, point_results in sweep.items() for name, r in point_results.items()]
-    elif sweep:
-        md += ["\n## The paper's protocol: every variant at vanilla's best learning rate\n"
-               if search else "\n## Sweep: paired difference to vanilla at each point\n",
-               "| point | variant | vanilla val loss | variant val loss | mean diff | 95% interval "
-               "| wins |",
-               "|---|---|---|---|---|---|---|"]
-        for point, point_results in sweep.items():
-            for name, r in point_results.items():
-                if "paired" in r:
-                    p = r["paired"]
-                    md.append(f"| {point} | {name} | "
-                              f"{point_results['vanilla']['val_loss_mean']:.4f} | "
-                              f"{r['val_loss_mean']:.4f} | {p['mean']:+.4f} | {fmt_interval(p)} | "
-                              f"{p['wins']} of {p['n']} |")
-    with open(os.path.join(root, "results.md"), "w") as f:
-        f.write("\n".join(md) + "\n")
-
-
 def main(argv):
     if not any(not a.startswith("-") for a in argv) and os.path.isfile(DEFAULT_PRESET):
         argv = [DEFAULT_PRESET] + list(argv)  # no preset named: the comparison preset
@@ -669,7 +553,7 @@ def main(argv):
             "runs": len(unique), "reused": reused, "given": given}
     if search:
         info.update(tune_seeds=parse_seeds(cfg["tune_seeds"], 1), best_lrs=best)
-    write_tables(root, results, sweep, info, search)
+    tables.write_tables(root, results, sweep, info, search)
     pictures = plots.write_all(root, results, sweep,
                                attention_map_data(grid, summaries, list(results)), search)
     print(open(os.path.join(root, "results.md")).read())
