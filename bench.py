@@ -26,8 +26,8 @@ import time
 import torch
 
 from configurator import ACTIONS, TRAIN_SETTINGS, parse_args, parse_list, plural
-from model import (GPT, VALUE_MODES, GPTConfig, KVCache, gpu_peak_flops, kv_cache_bytes,
-                   optimizer_step, setup_device)
+from model import GPT, VALUE_MODES, GPTConfig, KVCache, kv_cache_bytes
+from runtime import gpu_peak_flops, setup_device
 from shards import ByteTokenizer
 
 # train.py's settings that a timing does not use: a preset may set them (config/*.py work as they
@@ -148,7 +148,12 @@ def bench_train(cfg, device, dtype, autocast):
                 with autocast:
                     loss = model(x, y)[1] / micro_steps
                 scaler.scale(loss).backward()
-            optimizer_step(model, opt, scaler, d["grad_clip"])
+            if d["grad_clip"] > 0:
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), d["grad_clip"])
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
 
         for _ in range(cfg["warmup_steps"]):  # first calls allocate, autotune, compile: not timed
             step()

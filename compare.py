@@ -39,7 +39,8 @@ from analysis import (analyse, bracketed, crossing, internals, lr_range, next_lr
                       round_lr, verdict)
 from configurator import (ACTIONS, TRAIN_SETTINGS, ConfigError, defaults_of, given_keys,
                           load_config, parse_args, parse_list, plural)
-from model import GPT, load_checkpoint
+from model import GPT
+from runtime import load_checkpoint
 
 COMPARE_SETTINGS = dict(
     modes=("vanilla,resformer,svformer",

@@ -10,7 +10,8 @@ modded-nanogpt FineWeb shards copied in by hand: its *_train_*.bin and *_val_*.b
 A shard is in llm.c's layout: a header of 256 little-endian int32 ([0] = magic 20240520,
 [1] = version, [2] = token count), then the tokens as uint16 (version 1, llm.c's) or uint32
 (version 2, for vocabularies over 65,536). prepare.py writes datasets; train.py, sample.py,
-compare.py and bench.py read them through this module.
+compare.py and bench.py read them through this module. hold_lock keeps a second prepare.py out
+of a dataset (and a second train.py out of an out_dir).
 """
 import glob
 import hashlib
@@ -21,6 +22,7 @@ import subprocess
 import sys
 
 import numpy as np
+from filelock import FileLock, Timeout
 
 DATA_ROOT = "data"
 DATASETS = ("shakespeare", "tinyshakespeare", "fineweb_edu")  # the built-in sources of prepare.py
@@ -180,6 +182,18 @@ def read_shard(path, vocab_size=None):
                             f"the shard was made with another tokenizer; "
                             f"re-run prepare.py with the --tokenizer this model uses")
     return tokens
+
+
+def hold_lock(path, refusal):
+    """The file lock at path, held until .release(): prepare.py's on a dataset, train.py's on its
+    out_dir. The OS drops it when the process dies, so a killed run never blocks the next one;
+    while another process holds it, refusal (a one-line error) is raised."""
+    lock = FileLock(path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise refusal from None
+    return lock
 
 
 def _prepare_hint(data_dir):

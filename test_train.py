@@ -13,6 +13,7 @@ import torch
 
 import prepare
 import shards
+import runtime
 import train
 from configurator import ConfigError, load_config, read_preset
 
@@ -154,7 +155,7 @@ def test_killed_checkpoint_write_leaves_previous_loadable(data_dir, tmp_path, mo
 
     monkeypatch.setattr(torch, "save", dies_mid_write)
     with pytest.raises(KeyboardInterrupt):
-        train.save_checkpoint(path, {"anything": 1})
+        runtime.save_checkpoint(path, {"anything": 1})
     monkeypatch.undo()
     assert train.load_checkpoint(path)["iter_num"] == 10
     assert not os.path.exists(path + ".tmp")  # removed; a SIGKILL would leave it, unread:
@@ -532,9 +533,8 @@ def test_second_run_on_an_out_dir_is_refused_until_the_first_is_gone(data_dir, t
             time.sleep(0.1)
         second = run_script(*args)
         assert second.returncode == 1 and second.stdout == ""
-        assert second.stderr == (f"error: {out} is in use by another training run "
-                                 f"(pid {first.pid}): wait for it, stop it, or use another "
-                                 "--out_dir\n")
+        assert second.stderr == (f"error: {out} is in use by another training run: wait for "
+                                 "it, stop it, or use another --out_dir\n")
     finally:
         first.kill()  # kill -9: no handler runs, the lock goes with the process
         first.wait()
