@@ -36,6 +36,10 @@ class DataError(ValueError):
     """A problem with the user's data or setup: one line naming the file and the fix."""
 
 
+class OlderDataset(DataError):
+    """A dataset folder in a layout an older prepare.py wrote: it is prepared again, not read."""
+
+
 # -----------------------------------------------------------------------------
 # tokenizers
 
@@ -252,9 +256,7 @@ def list_shards(data_dir, split):
         if shard["split"] != split:
             continue
         path = os.path.join(data_dir, *shard["file"].split("/"))
-        # older prepare.py versions recorded no size: the token count and dtype give it
-        itemsize = np.dtype(meta["dtype"]).itemsize
-        expected = shard.get("bytes") or HEADER_INTS * 4 + shard["tokens"] * itemsize
+        expected = shard["bytes"]
         if not os.path.exists(path):
             raise DataError(f"{path} is missing, though {data_dir}/meta.json names it: "
                             f"run {_prepare_hint(data_dir)} again")
@@ -278,10 +280,14 @@ def load_meta(data_dir):
             meta = json.load(f)
         named = [s | {"file": str(s["file"]), "split": str(s["split"]), "tokens": int(s["tokens"])}
                  for s in meta["shards"]]
-        return meta | {"vocab_size": int(meta["vocab_size"]), "eot": int(meta["eot"]),
-                       "shards": named}
+        meta |= {"vocab_size": int(meta["vocab_size"]), "eot": int(meta["eot"]), "shards": named}
     except (ValueError, KeyError, TypeError) as e:
         raise DataError(f"{path}: unreadable meta.json ({e}): re-run prepare.py") from None
+    # this layout: generation-tagged shards with their sizes, and the input recorded
+    if "generation" not in meta or "input" not in meta:
+        raise OlderDataset(f"{data_dir} was prepared by an older version of prepare.py: delete "
+                           f"it, then run {_prepare_hint(data_dir)}")
+    return meta
 
 
 def prepare_default(data_dir):

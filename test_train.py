@@ -468,7 +468,7 @@ def write_dataset(path, train_lengths, val_length=600):
                         "bytes": os.path.getsize(os.path.join(path, file)), "sha256": sha})
     with open(os.path.join(path, "meta.json"), "w") as f:
         json.dump({"tokenizer": "byte", "vocab_size": 257, "eot": 256, "dtype": "uint16",
-                   "shards": entries}, f)
+                   "generation": 1, "input": None, "shards": entries}, f)
     return str(path)
 
 
