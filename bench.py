@@ -415,8 +415,8 @@ def main(argv):
     if cfg["threads"] > 0:
         torch.set_num_threads(cfg["threads"])
     device_type = device.split(":")[0]
-    if device_type == "cuda":
-        torch.cuda.set_device(device)  # the Timer synchronises the current device
+    if device_type == "cuda" and ":" in device:
+        torch.cuda.set_device(device)  # cuda:N: the Timer synchronises the current device
     ptdtype = getattr(torch, dtype)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     result = {"config": {k: v for k, v in cfg.items()}, "device": device, "dtype": dtype,

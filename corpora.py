@@ -71,7 +71,7 @@ def _replace_and_count(err):
     return "\ufffd", err.end
 
 
-codecs.register_error("prepare.count", _replace_and_count)
+codecs.register_error("corpora.count", _replace_and_count)
 
 # a long text is cut only just before a newline that starts a non-blank line (preferring blank
 # lines): GPT-2 then tokenizes the pieces exactly as it would the whole (checked on Tiny
@@ -88,7 +88,7 @@ def piece_chars(total_bytes, val_fraction):
 def text_file_pieces(path, chunk=TEXT_CHUNK):
     """One file = one document, streamed in pieces of ~chunk chars so big files never sit
     in memory."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="prepare.count")
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="corpora.count")
     replaced_before, first, buf = _replaced[0], True, ""
     with open(path, "rb") as f:
         while True:
