@@ -19,15 +19,15 @@ applied to the training step only: the cache's growing length would recompile ev
 """
 import json
 import os
-import statistics
 import sys
 import time
 
 import torch
+from torch.utils.benchmark import Measurement, Timer
 
 from configurator import ACTIONS, TRAIN_SETTINGS, parse_args, parse_list, plural
-from model import (GPT, VALUE_MODES, GPTConfig, KVCache, gpu_peak_flops, kv_cache_bytes,
-                   optimizer_step, setup_device)
+from model import GPT, VALUE_MODES, GPTConfig, KVCache, kv_cache_bytes
+from runtime import gpu_peak_flops, setup_device
 from shards import ByteTokenizer
 
 # train.py's settings that a timing does not use: a preset may set them (config/*.py work as they
@@ -125,13 +125,15 @@ def synchronize(device):
 def bench_train(cfg, device, dtype, autocast):
     """ms/step over train_steps AdamW steps per mode, after warm-up; the modes take turns step by
     step so that a busy neighbour on a shared machine slows them all alike and the ratios stay fair.
-    A step is `accumulation` forward/backward micro-steps and one optimizer step, as in train.py."""
+    A step is `accumulation` forward/backward micro-steps and one optimizer step, as in train.py.
+    torch.utils.benchmark's Timer times each step (at this run's thread count, the GPU synchronised,
+    after two untimed calls of its own) and gives the median."""
     device_type = "cuda" if device.startswith("cuda") else device
     B, T, micro_steps = cfg["batch_size"], cfg["seq_len"], cfg["accumulation"]
     gen = torch.Generator().manual_seed(cfg["seed"])
     x, y = (torch.randint(cfg["vocab_size"], (B, T), generator=gen).to(device) for _ in range(2))
     d = cfg  # train.py's optimizer settings
-    runs, raws, results = {}, {}, {}
+    timers, raws, results = {}, {}, {}
     for mode in cfg["modes"]:
         # this mode's peak: its own weights, optimizer state and activations
         if device_type == "cuda":
@@ -148,26 +150,32 @@ def bench_train(cfg, device, dtype, autocast):
                 with autocast:
                     loss = model(x, y)[1] / micro_steps
                 scaler.scale(loss).backward()
-            optimizer_step(model, opt, scaler, d["grad_clip"])
+            if d["grad_clip"] > 0:
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), d["grad_clip"])
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
 
         for _ in range(cfg["warmup_steps"]):  # first calls allocate, autotune, compile: not timed
             step()
         synchronize(device)
         peak = torch.cuda.max_memory_allocated(device) - others if device_type == "cuda" else None
-        runs[mode], raws[mode] = step, raw
-        results[mode] = {"params": raw.num_params(), "step_ms": [], "peak_mem_bytes": peak}
+        timers[mode] = Timer("step()", globals={"step": step}, description=mode,
+                             num_threads=torch.get_num_threads())  # (its default is 1 thread)
+        raws[mode] = raw
+        results[mode] = {"params": raw.num_params(), "step_ms": None, "peak_mem_bytes": peak}
+    steps = {mode: [] for mode in cfg["modes"]}
     for i in range(cfg["train_steps"]):
         k = i % len(cfg["modes"])  # rotate who goes first
         for mode in cfg["modes"][k:] + cfg["modes"][:k]:
-            synchronize(device)
-            t0 = time.perf_counter()
-            runs[mode]()
-            synchronize(device)
-            results[mode]["step_ms"].append(1000 * (time.perf_counter() - t0))
+            steps[mode].append(timers[mode].timeit(number=1))
     peak_flops = (gpu_peak_flops(torch.cuda.get_device_name(device))
                   if device_type == "cuda" else None)
     for mode, r in results.items():
-        r["ms_per_step"] = statistics.median(r["step_ms"])
+        measured = Measurement.merge(steps[mode])[0]
+        r["step_ms"] = [1000 * t for t in measured.times]
+        r["ms_per_step"] = 1000 * measured.median
         r["tokens_per_s"] = B * T * micro_steps / (r["ms_per_step"] / 1000)
         r["mfu"] = raws[mode].estimate_mfu(r["tokens_per_s"], peak_flops, T) if peak_flops else None
     return {"batch_size": B, "seq_len": T, "accumulation": micro_steps, "steps": cfg["train_steps"],
@@ -407,6 +415,8 @@ def main(argv):
     if cfg["threads"] > 0:
         torch.set_num_threads(cfg["threads"])
     device_type = device.split(":")[0]
+    if device_type == "cuda" and ":" in device:
+        torch.cuda.set_device(device)  # cuda:N: the Timer synchronises the current device
     ptdtype = getattr(torch, dtype)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     result = {"config": {k: v for k, v in cfg.items()}, "device": device, "dtype": dtype,

@@ -39,7 +39,8 @@ import tables
 from analysis import analyse, crossing, internals, next_lr, paired_stats, round_lr
 from configurator import (ACTIONS, TRAIN_SETTINGS, ConfigError, defaults_of, given_keys,
                           load_config, parse_args, parse_list, plural)
-from model import GPT, load_checkpoint
+from model import GPT
+from runtime import load_checkpoint
 
 COMPARE_SETTINGS = dict(
     modes=("vanilla,resformer,svformer",

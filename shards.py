@@ -10,7 +10,8 @@ modded-nanogpt FineWeb shards copied in by hand: its *_train_*.bin and *_val_*.b
 A shard is in llm.c's layout: a header of 256 little-endian int32 ([0] = magic 20240520,
 [1] = version, [2] = token count), then the tokens as uint16 (version 1, llm.c's) or uint32
 (version 2, for vocabularies over 65,536). prepare.py writes datasets; train.py, sample.py,
-compare.py and bench.py read them through this module.
+compare.py and bench.py read them through this module. hold_lock keeps a second prepare.py out
+of a dataset (and a second train.py out of an out_dir).
 """
 import glob
 import hashlib
@@ -21,6 +22,7 @@ import subprocess
 import sys
 
 import numpy as np
+from filelock import FileLock, Timeout
 
 DATA_ROOT = "data"
 DATASETS = ("shakespeare", "tinyshakespeare", "fineweb_edu")  # the built-in sources of prepare.py
@@ -32,6 +34,10 @@ VERSIONS = {1: np.dtype("<u2"), 2: np.dtype("<u4")}
 
 class DataError(ValueError):
     """A problem with the user's data or setup: one line naming the file and the fix."""
+
+
+class OlderDataset(DataError):
+    """A dataset folder in a layout an older prepare.py wrote: it is prepared again, not read."""
 
 
 # -----------------------------------------------------------------------------
@@ -182,6 +188,18 @@ def read_shard(path, vocab_size=None):
     return tokens
 
 
+def hold_lock(path, refusal):
+    """The file lock at path, held until .release(): prepare.py's on a dataset, train.py's on its
+    out_dir. The OS drops it when the process dies, so a killed run never blocks the next one;
+    while another process holds it, refusal (a one-line error) is raised."""
+    lock = FileLock(path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise refusal from None
+    return lock
+
+
 def _prepare_hint(data_dir):
     """The prepare.py command that makes data_dir, when its name says (<dataset>_<tokenizer>)."""
     base = os.path.basename(os.path.normpath(data_dir))
@@ -238,9 +256,7 @@ def list_shards(data_dir, split):
         if shard["split"] != split:
             continue
         path = os.path.join(data_dir, *shard["file"].split("/"))
-        # older prepare.py versions recorded no size: the token count and dtype give it
-        itemsize = np.dtype(meta["dtype"]).itemsize
-        expected = shard.get("bytes") or HEADER_INTS * 4 + shard["tokens"] * itemsize
+        expected = shard["bytes"]
         if not os.path.exists(path):
             raise DataError(f"{path} is missing, though {data_dir}/meta.json names it: "
                             f"run {_prepare_hint(data_dir)} again")
@@ -264,10 +280,14 @@ def load_meta(data_dir):
             meta = json.load(f)
         named = [s | {"file": str(s["file"]), "split": str(s["split"]), "tokens": int(s["tokens"])}
                  for s in meta["shards"]]
-        return meta | {"vocab_size": int(meta["vocab_size"]), "eot": int(meta["eot"]),
-                       "shards": named}
+        meta |= {"vocab_size": int(meta["vocab_size"]), "eot": int(meta["eot"]), "shards": named}
     except (ValueError, KeyError, TypeError) as e:
         raise DataError(f"{path}: unreadable meta.json ({e}): re-run prepare.py") from None
+    # this layout: generation-tagged shards with their sizes, and the input recorded
+    if "generation" not in meta or "input" not in meta:
+        raise OlderDataset(f"{data_dir} was prepared by an older version of prepare.py: delete "
+                           f"it, then run {_prepare_hint(data_dir)}")
+    return meta
 
 
 def prepare_default(data_dir):

@@ -97,7 +97,7 @@ def test_gpt2_preset_compiled_in_bfloat16_trains_resumes_and_samples(inductor, d
     preset = os.path.join(HERE, "config", "gpt2_124m.py")
     assert train.main([preset, *GPT2_TINY, f"--dataset={data_dir}", f"--out_dir={out}",
                        "--max_iters=4"]) == 0
-    assert ("cpu bfloat16, 128 tokens/step (4 x 16 x 2 micro-steps x 1 rank(s))"
+    assert ("cpu bfloat16, 128 tokens/step (4 x 16 x 2 micro-steps x 1 rank)"
             in capsys.readouterr().out)
     resumed = subprocess.run([sys.executable, "train.py", f"--out_dir={out}", "--resume",
                               "--max_iters=8"], cwd=HERE, capture_output=True, text=True,

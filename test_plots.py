@@ -9,7 +9,8 @@ import torch
 import compare
 import plots
 import prepare
-from model import CHECKPOINT_FORMAT, GPT, GPTConfig
+from model import GPT, GPTConfig
+from runtime import CHECKPOINT_FORMAT
 
 pytest.importorskip("matplotlib")
 

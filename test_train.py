@@ -13,6 +13,7 @@ import torch
 
 import prepare
 import shards
+import runtime
 import train
 from configurator import ConfigError, load_config, read_preset
 
@@ -154,7 +155,7 @@ def test_killed_checkpoint_write_leaves_previous_loadable(data_dir, tmp_path, mo
 
     monkeypatch.setattr(torch, "save", dies_mid_write)
     with pytest.raises(KeyboardInterrupt):
-        train.save_checkpoint(path, {"anything": 1})
+        runtime.save_checkpoint(path, {"anything": 1})
     monkeypatch.undo()
     assert train.load_checkpoint(path)["iter_num"] == 10
     assert not os.path.exists(path + ".tmp")  # removed; a SIGKILL would leave it, unread:
@@ -467,7 +468,7 @@ def write_dataset(path, train_lengths, val_length=600):
                         "bytes": os.path.getsize(os.path.join(path, file)), "sha256": sha})
     with open(os.path.join(path, "meta.json"), "w") as f:
         json.dump({"tokenizer": "byte", "vocab_size": 257, "eot": 256, "dtype": "uint16",
-                   "shards": entries}, f)
+                   "generation": 1, "input": None, "shards": entries}, f)
     return str(path)
 
 
@@ -532,9 +533,8 @@ def test_second_run_on_an_out_dir_is_refused_until_the_first_is_gone(data_dir, t
             time.sleep(0.1)
         second = run_script(*args)
         assert second.returncode == 1 and second.stdout == ""
-        assert second.stderr == (f"error: {out} is in use by another training run "
-                                 f"(pid {first.pid}): wait for it, stop it, or use another "
-                                 "--out_dir\n")
+        assert second.stderr == (f"error: {out} is in use by another training run: wait for "
+                                 "it, stop it, or use another --out_dir\n")
     finally:
         first.kill()  # kill -9: no handler runs, the lock goes with the process
         first.wait()

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import prepare
+import runtime
 import train
 from configurator import ConfigError
 
@@ -226,7 +227,7 @@ def test_settings_show_the_values_in_effect_and_leave_out_actions(data_dir, tmp_
     assert "warming up for 2 steps" in printed
     line = next(l for l in printed.splitlines() if l.startswith("settings: "))
     shown = dict(kv.split("=", 1) for kv in line[len("settings: "):].split())
-    device = train.setup_device("auto")[0]
+    device = runtime.setup_device("auto")[0]
     assert (shown["warmup_iters"], shown["lr_decay_iters"], shown["n_kv_head"]) == ("2", "20", "2")
     assert shown["device"] == device != "auto" and shown["dtype"] != "auto"
     assert "overwrite" not in shown and "resume" not in shown
