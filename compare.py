@@ -418,6 +418,20 @@ def best_lrs(search):
     return {name: min(by_lr, key=lambda lr: np.mean(by_lr[lr])) for name, by_lr in search.items()}
 
 
+def tuned_grid(cfg, modes, seeds, root, best):
+    """The runs after the search, on the reported seeds: each variant at its own best lr (the
+    fair protocol, point "") and, as the paper did, every variant at vanilla's best ("paper").
+    Returns (grid, the variants, [the paper's point] or [])."""
+    protocols = [("", best)] + ([("paper", {n: best["vanilla"] for n in best})]
+                                if "vanilla" in best and len(best) > 1 else [])
+    grid, variants = [], None
+    for label, lr_of in protocols:
+        at_lr_of = add_less_data([(n, {**o, **lr_settings(cfg, lr_of[n])}) for n, o in modes], cfg)
+        grid += at_lr(build_grid(cfg, at_lr_of, seeds, [(label, {})], root), root)
+        variants = variants or at_lr_of
+    return grid, variants, protocols[1:]
+
+
 def add_less_data(modes, cfg):
     """The paper's data-efficiency test: ResFormer trained on less_data of the tokens,
     its own schedule."""
@@ -519,15 +533,7 @@ def main(argv):
             return stopped(root) if interrupted else 1
         best = best_lrs(search)
         print("best peak learning rates: " + ", ".join(f"{n} {lr:g}" for n, lr in best.items()))
-        # the fair protocol: each variant at its own best; the paper's: all at vanilla's best
-        protocols = [("", best)] + ([("paper", {n: best["vanilla"] for n in best})]
-                                    if "vanilla" in best and len(best) > 1 else [])
-        grid = []
-        for label, lr_of in protocols:
-            at_own = add_less_data([(n, {**o, **lr_settings(cfg, lr_of[n])}) for n, o in modes],
-                                   cfg)
-            grid += at_lr(build_grid(cfg, at_own, seeds, [(label, {})], root), root)
-        modes, points = at_own, [p for p in protocols[1:2]]
+        grid, modes, points = tuned_grid(cfg, modes, seeds, root, best)
     else:
         modes = add_less_data(modes, cfg)
         grid = build_grid(cfg, modes, seeds, points or [("", {})], root)
