@@ -148,7 +148,11 @@ def attention_map_data(grid, summaries, names):
 # ---- running the grid: each run is train.py in its own folder ----
 
 def read_log(run_dir):
-    with open(os.path.join(run_dir, "log.jsonl")) as f:
+    """A run's log records; none if it stopped before writing one (e.g. its data was refused)."""
+    path = os.path.join(run_dir, "log.jsonl")
+    if not os.path.isfile(path):
+        return []
+    with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -526,6 +530,9 @@ def main(argv):
     os.makedirs(root, exist_ok=True)
     if cfg["dataset"] == TRAIN_SETTINGS["dataset"][0]:
         shards.prepare_default(shards.dataset_dir(cfg["dataset"]))  # once, not once per run
+    # the data's problems (missing, an older layout) in one line now, not once per run
+    data_dir = shards.dataset_dir(cfg["dataset"])
+    shards.load_meta(data_dir), shards.list_shards(data_dir, "train")
     t_start, search, best = time.time(), None, None
     if cfg["tune"]:
         search, interrupted, failed = search_lrs(cfg, modes, root, jobs, cfg["analysis_samples"])

@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -441,3 +442,30 @@ def test_tune_counts_a_diverged_run_as_worse(data_dir, tmp_path):
     assert summary["status"] == "diverged"
     assert "inf" in (out / "results.md").read_text()
     assert (out / "vanilla_lr0.01_seed1337" / "summary.json").is_file()
+
+
+def test_data_refused_once_before_any_run(data_dir, tmp_path):
+    """A dataset train.py would refuse (an older layout) stops compare.py with train.py's one
+    line before any run starts."""
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in os.listdir(data_dir):
+        (old / name).write_bytes((Path(data_dir) / name).read_bytes())
+    meta = json.loads((old / "meta.json").read_text())
+    del meta["generation"]
+    (old / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="older version of prepare.py"):
+        compare.main(TINY + [f"--dataset={old}", f"--out_dir={tmp_path / 'cmp'}", "--seeds=1",
+                             "--less_data=0", "--modes=vanilla"])
+    assert not (tmp_path / "cmp" / "vanilla_seed1").exists()
+
+
+def test_a_run_that_fails_before_its_log_is_reported_not_a_crash(tmp_path, monkeypatch, capsys):
+    """train.py exiting with an error before it writes log.jsonl: FAILED with its last lines."""
+    script = tmp_path / "fail.py"
+    script.write_text("import sys\nsys.exit('error: this data is refused')\n")
+    monkeypatch.setattr(compare, "TRAIN_PY", str(script))
+    cfg = {"out_dir": str(tmp_path / "run"), "max_iters": 2}
+    summaries, interrupted, failed = compare.run_grid([(("vanilla", 1, ""), cfg)], 1, 1)
+    assert (summaries, interrupted, failed) == ({}, False, [cfg["out_dir"]])
+    assert "error: this data is refused" in capsys.readouterr().out
