@@ -196,8 +196,13 @@ def progress(todo, running, timing, jobs, left="left", so_far=None):
 
 
 def settings_only(cfg):
-    """A run's settings without the actions (resume, overwrite): what makes two runs the same."""
-    return {k: v for k, v in cfg.items() if k not in ACTIONS}
+    """A run's settings without the actions (resume, overwrite): what makes two runs the same.
+    Without learned lambdas their learning rate changes nothing (and runs made before that
+    setting existed are still the same runs)."""
+    run = {k: v for k, v in cfg.items() if k not in ACTIONS}
+    if not run.get("learnable_lambda"):
+        run.pop("lambda_lr_scale", None)
+    return run
 
 
 def finished(cfg, run_dir):

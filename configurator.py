@@ -48,6 +48,7 @@ TRAIN_SETTINGS = dict(
     lambda_2=(0.5, "resformer: weight of the layer's own value V_n (the paper's sweep: 1)"),
     learnable_lambda=(False,
         "resformer: learn (lambda_1, lambda_2) per layer, starting from the values above"),
+    lambda_lr_scale=(1.0, "learned lambdas: their learning rate as a multiple of the weights'"),
     # AdamW and the schedule: linear warmup, cosine decay to min_lr at lr_decay_iters
     learning_rate=(1e-3, "peak learning rate"),
     max_iters=(5000, "optimizer steps in all"),

@@ -360,12 +360,21 @@ class GPT(nn.Module):
         """Model FLOPs utilisation: achieved training FLOP/s over the hardware's peak."""
         return self.flops_per_token(seq_len) * tokens_per_second / peak_flops
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW; weight decay on 2-D weights (matmuls, embeddings) only,
-        not on biases, norms, lambdas."""
-        params = [p for p in self.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type,
+                             lambda_lr_scale=1.0):
+        """AdamW; weight decay on 2-D weights (matmuls, embeddings) only, not on biases, norms,
+        lambdas. Learned lambdas step at lambda_lr_scale x the learning rate: each scales a whole
+        layer's values, and Adam moves a scalar by about the learning rate per step whatever its
+        gradient. Each group's "lr_scale" multiplies the schedule's lr (train.py)."""
+        params = {name: p for name, p in self.named_parameters() if p.requires_grad}
+        lambdas = [p for name, p in params.items() if name.endswith("value_lambdas")]
+        rest = [p for name, p in params.items() if not name.endswith("value_lambdas")]
+        groups = [{"params": [p for p in rest if p.dim() >= 2], "weight_decay": weight_decay,
+                   "lr_scale": 1.0},
+                  {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0,
+                   "lr_scale": 1.0}]
+        if lambdas:
+            groups.append({"params": lambdas, "weight_decay": 0.0, "lr_scale": lambda_lr_scale})
         fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas,
                                  **({"fused": True} if fused else {}))

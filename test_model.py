@@ -260,12 +260,18 @@ def test_seeded_sampling_is_deterministic():
 
 def test_optimizer_groups_and_flops():
     model = tiny("resformer", learnable_lambda=True)
-    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
-    decay, no_decay = opt.param_groups
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu", lambda_lr_scale=0.1)
+    decay, no_decay, lambdas = opt.param_groups
     assert decay["weight_decay"] == 0.1 and all(p.dim() == 2 for p in decay["params"])
-    assert no_decay["weight_decay"] == 0.0 and any(p.numel() == 2 for p in no_decay["params"])
-    n_total = sum(p.numel() for p in decay["params"] + no_decay["params"])
+    assert no_decay["weight_decay"] == 0.0 and all(p.dim() == 1 for p in no_decay["params"])
+    # one (lambda_1, lambda_2) per layer after the first, no decay, their own lr multiple
+    assert lambdas["weight_decay"] == 0.0 and lambdas["lr_scale"] == 0.1
+    assert [p.numel() for p in lambdas["params"]] == [2] * (model.config.n_layer - 1)
+    assert decay["lr_scale"] == no_decay["lr_scale"] == 1.0
+    n_total = sum(p.numel() for group in opt.param_groups for p in group["params"])
     assert n_total == model.num_params(non_embedding=False)
+    assert len(tiny("resformer").configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+               .param_groups) == 2  # fixed lambdas: buffers, not trained
     assert model.flops_per_token(16) == 6 * model.num_params() + 12 * 3 * 32 * 16
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -60,6 +61,21 @@ def test_each_mode_trains_and_writes_log_and_checkpoint(data_dir, tmp_path, mode
     assert ckpt["tokenizer"] == {"tokenizer": "byte", "vocab_size": 257, "eot": 256}
     assert ckpt["best_val_loss"] == min(e["val_loss"] for e in evals)
     assert not os.path.exists(str(tmp_path / "ckpt.pt.tmp"))
+
+
+def test_learned_lambdas_step_at_their_own_learning_rate(data_dir, tmp_path):
+    """lambda_lr_scale multiplies the lambdas' lr: 0 freezes them at their start while the
+    weights learn; at 1 they move. (Adam moves a scalar by about lr per step.)"""
+    def lambdas(scale):
+        cfg = tiny_cfg(data_dir, tmp_path / str(scale), value_mode="resformer",
+                       learnable_lambda=True, n_layer=3, max_iters=10, lr_decay_iters=10,
+                       lambda_lr_scale=scale)
+        summary = train.train(cfg)
+        assert summary["evals"][-1]["val_loss"] < summary["evals"][0]["val_loss"] - 0.5
+        return np.array(summary["evals"][-1]["lambdas"])
+    assert np.array_equal(lambdas(0.0), np.full((2, 2), 0.5))
+    moved = np.abs(lambdas(1.0) - 0.5).max()
+    assert 0.005 < moved < 10 * 1e-2 + 1e-6  # at most about lr (1e-2) per step, 10 steps
 
 
 def test_resume_equals_uninterrupted_run(data_dir, tmp_path):

@@ -224,7 +224,8 @@ def build(cfg, vocab_size, device, ckpt):
     model.to(device)
     device_type = device.split(":")[0]
     optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"],
-                                           (cfg["beta1"], cfg["beta2"]), device_type)
+                                           (cfg["beta1"], cfg["beta2"]), device_type,
+                                           cfg["lambda_lr_scale"])
     if ckpt is not None:
         optimizer.load_state_dict(ckpt["optimizer"])
     return model, optimizer, model_args
@@ -353,8 +354,8 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
 
             # the training step: micro-steps (gradients summed), clip, AdamW, clear
             lr = get_lr(iter_num, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            for group in optimizer.param_groups:  # lr_scale: the learned lambdas' own multiple
+                group["lr"] = lr * group.get("lr_scale", 1.0)
             for micro_step in range(accumulation):
                 if ddp:  # synchronise gradients on the last micro-step only
                     model.require_backward_grad_sync = micro_step == accumulation - 1
