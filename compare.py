@@ -61,6 +61,8 @@ COMPARE_SETTINGS = dict(
     tune_seeds=("1,2", "--tune: seeds of the search (a count from 1, or a list); "
                        "never the reported --seeds"),
     tune_extend=(4, "--tune: at most this many learning rates added beyond each end of the grid"),
+    lrs=("", "each variant's own peak lr, e.g. vanilla=1.2e-2,svformer=8.5e-3 (what --tune "
+             "prints; min_lr follows); variants not named train at learning_rate"),
 )
 # train.py's settings without its actions: compare.py decides per run to resume or start afresh
 SETTINGS = {**{k: v for k, v in TRAIN_SETTINGS.items() if k not in ACTIONS},
@@ -422,6 +424,23 @@ def search_lrs(cfg, modes, root, jobs, samples):
             return losses, False, []
 
 
+def own_lrs(modes, cfg):
+    """--lrs: the named variants at their own peak lr (the fair protocol without a search)."""
+    names = [name for name, _ in modes]
+    lrs = {}
+    for item in parse_list(cfg["lrs"]):
+        name, _, lr = item.rpartition("=")  # a variant's name may hold '=' itself
+        try:
+            lrs[name] = float(lr)
+        except ValueError:
+            lrs[name] = -1.0
+        if name not in names or lrs[name] <= 0:
+            raise ConfigError(f"--lrs: {item!r} is not variant=learning_rate for a variant of "
+                              f"--modes ({', '.join(names)})")
+    return [(name, {**o, **lr_settings(cfg, lrs[name])} if name in lrs else o)
+            for name, o in modes]
+
+
 def best_lrs(search):
     """{name: the lr of the lowest mean final loss over the search seeds}."""
     return {name: min(by_lr, key=lambda lr: np.mean(by_lr[lr])) for name, by_lr in search.items()}
@@ -544,10 +563,11 @@ def main(argv):
         if interrupted or failed:
             return stopped(root) if interrupted else 1
         best = best_lrs(search)
-        print("best peak learning rates: " + ", ".join(f"{n} {lr:g}" for n, lr in best.items()))
+        print("best peak learning rates: " + ", ".join(f"{n} {lr:g}" for n, lr in best.items()) +
+              "\n  for a preset: lrs = \"" + ",".join(f"{n}={lr:g}" for n, lr in best.items()) + '"')
         grid, modes, points = tuned_grid(cfg, modes, seeds, root, best)
     else:
-        modes = add_less_data(modes, cfg)
+        modes = add_less_data(own_lrs(modes, cfg), cfg)
         grid = build_grid(cfg, modes, seeds, points or [("", {})], root)
     unique = {}  # a run two protocols share (vanilla at its best lr) trains once
     for key, run in grid:
@@ -570,6 +590,8 @@ def main(argv):
             "seeds": seeds, "hardware": hardware(device), "jobs": jobs,
             "wall_min": (time.time() - t_start) / 60,
             "runs": len(unique), "reused": reused, "given": given}
+    if cfg["lrs"] and not search:
+        info["peak_lrs"] = {n: o.get("learning_rate", cfg["learning_rate"]) for n, o in modes}
     if search:
         info.update(tune_seeds=parse_seeds(cfg["tune_seeds"], 1), best_lrs=best)
     tables.write_tables(root, results, sweep, info, search)

@@ -53,6 +53,9 @@ def write_tables(root, results, sweep, info, search=None):
              "Each variant at its own best peak learning rate (" +
              ", ".join(f"{n} {lr:g}" for n, lr in info["best_lrs"].items()) +
              f"), found on the search seeds {info['tune_seeds']}; the search is below.\n")
+    if "peak_lrs" in info:  # --lrs: each at its own peak lr, from an earlier --tune
+        tuned = ("Each variant at its own peak learning rate (" + ", ".join(
+            f"{n} {lr:g}" for n, lr in info["peak_lrs"].items()) + "; --lrs).\n")
     paired = "vanilla" in results  # without vanilla there is nothing to pair with
     md = ["# Value residual comparison\n",
           f"`{info['command']}` — {info['hardware']}, {plural(info['jobs'], 'run')} side "

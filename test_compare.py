@@ -392,12 +392,12 @@ def fake_runs(optimum, calls):
     return run_grid
 
 
-def test_tune_brackets_each_variant_and_compares_at_each_optimum(tmp_path, monkeypatch):
+def test_tune_brackets_each_variant_and_compares_at_each_optimum(data_dir, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(compare, "run_grid", fake_runs({"vanilla": 0.01, "resformer": 0.02},
                                                        calls))
     monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
-    assert compare.main(TINY + [f"--out_dir={tmp_path}", "--dataset=unused", "--tune",
+    assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--tune",
                                 "--tune_lrs=1e-3,2e-3,4e-3", "--tune_seeds=1,2", "--seeds=5,6",
                                 "--modes=vanilla,resformer", "--less_data=0.5"]) == 0
     results = json.load(open(tmp_path / "results.json"))
@@ -427,6 +427,30 @@ def test_tune_brackets_each_variant_and_compares_at_each_optimum(tmp_path, monke
     with pytest.raises(ValueError, match="must not be the ones"):
         compare.main(TINY + [f"--out_dir={tmp_path}", "--tune", "--tune_seeds=1,2",
                              "--seeds=2,3"])
+
+
+def test_lrs_trains_each_named_variant_at_its_own_peak_lr(data_dir, tmp_path, monkeypatch):
+    """--lrs (what --tune prints): named variants (and the less-data ResFormer, at ResFormer's)
+    at their own lr, min_lr following; the others at learning_rate; mistakes in one line."""
+    calls = []
+    monkeypatch.setattr(compare, "run_grid", fake_runs({"vanilla": 0.01, "resformer": 0.02,
+                                                        "svformer": 0.01}, calls))
+    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
+    args = TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=5",
+                   "--modes=vanilla,resformer,svformer", "--less_data=0.5",
+                   "--learning_rate=3e-3", "--min_lr=3e-4"]
+    assert compare.main(args + ["--lrs=vanilla=1e-2,resformer=2e-2"]) == 0
+    lrs = {(c["value_mode"], c["max_iters"], c["learning_rate"], c["min_lr"]) for c in calls}
+    assert lrs == {("vanilla", 2, 1e-2, 1e-3), ("resformer", 2, 2e-2, 2e-3),
+                   ("resformer", 1, 2e-2, 2e-3), ("svformer", 2, 3e-3, 3e-4)}
+    results = json.load(open(tmp_path / "results.json"))
+    assert results["info"]["peak_lrs"] == {"vanilla": 1e-2, "resformer": 2e-2, "svformer": 3e-3,
+                                           "resformer:max_iters=1": 2e-2}
+    assert "own peak learning rate (vanilla 0.01, resformer 0.02" in (
+        tmp_path / "results.md").read_text()
+    for bad in ("--lrs=vanila=1e-2", "--lrs=vanilla=fast", "--lrs=vanilla=-1"):
+        with pytest.raises(ValueError, match="is not variant=learning_rate"):
+            compare.main(args + [bad])
 
 
 def test_tune_counts_a_diverged_run_as_worse(data_dir, tmp_path):
