@@ -16,6 +16,7 @@ import compare
 import prepare
 import train
 from model import GPT, GPTConfig
+from runtime import load_checkpoint
 
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=4",
         "--max_iters=2", "--eval_interval=1", "--eval_iters=2", "--log_interval=1",
@@ -318,7 +319,7 @@ def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tm
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 130, output
     assert "run the same command again" in output
-    stopped_at = train.load_checkpoint(str(out / "vanilla_seed1337" / "ckpt.pt"))["iter_num"]
+    stopped_at = load_checkpoint(str(out / "vanilla_seed1337" / "ckpt.pt"))["iter_num"]
     assert 0 < stopped_at < 3000
     assert compare.main(args) == 0
     steps = [r["iter"] for r in compare.read_log(out / "vanilla_seed1337") if r["kind"] == "train"]

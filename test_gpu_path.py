@@ -14,6 +14,7 @@ import torch
 import prepare
 import sample
 import train
+from runtime import load_checkpoint
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEXT = "".join(f"KING {i % 7}:\nWhat say you, my lord, of the {i % 13} ships upon the sea?\n\n"
@@ -74,7 +75,7 @@ def test_bfloat16_run_resumes_exactly_and_samples_with_a_bfloat16_cache(data_dir
     assert train.main([f"--out_dir={half['out_dir']}", "--resume", "--max_iters=12"]) == 0
     assert "cpu bfloat16, 128 tokens/step" in capsys.readouterr().out
     assert train_losses(tmp_path / "resumed") == train_losses(tmp_path / "straight")  # bitwise
-    ckpt = train.load_checkpoint(str(tmp_path / "resumed" / "ckpt.pt"))
+    ckpt = load_checkpoint(str(tmp_path / "resumed" / "ckpt.pt"))
     assert all(v.dtype == torch.float32 for v in ckpt["model"].values() if v.is_floating_point())
 
     text, report, bf16 = sample_from(straight["out_dir"], "bfloat16")

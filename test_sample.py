@@ -13,7 +13,7 @@ import sample
 import shards
 import train
 from model import GPT, GPTConfig, VALUE_MODES
-from runtime import CHECKPOINT_FORMAT, save_checkpoint
+from runtime import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from test_prepare import gpt2, gpt2_encoding  # noqa: F401 (fixtures: GPT-2 offline, or a skip)
 
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=320, bias=False)
@@ -191,7 +191,7 @@ def test_sample_reports_the_share_of_real_words(trained):
     _, err, result = run(trained, "--num_samples=3", "--max_new_tokens=60", "--seed=3")
     found = REAL_WORDS.search(err)
     assert found, err
-    data_dir = train.load_checkpoint(os.path.join(trained, "ckpt.pt"))["config"]["dataset"]
+    data_dir = load_checkpoint(os.path.join(trained, "ckpt.pt"))["config"]["dataset"]
     share, n = reference_share(data_dir, shards.get_tokenizer("byte"), result["tokens"])
     assert found.group(3) == data_dir and int(found.group(2).replace(",", "")) == n > 0
     assert float(found.group(1)) == pytest.approx(100 * share, abs=0.05)

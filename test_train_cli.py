@@ -167,7 +167,7 @@ def test_resume_on_data_that_changed_is_refused_unless_asked_for(tmp_path, capsy
     data = tiny_data(tmp_path / "data")
     out = str(tmp_path / "run")
     assert train.main(TINY + [f"--dataset={data}", f"--out_dir={out}", "--max_iters=10"]) == 0
-    before = train.load_checkpoint(os.path.join(out, "ckpt.pt"))["data"]
+    before = runtime.load_checkpoint(os.path.join(out, "ckpt.pt"))["data"]
     tiny_data(tmp_path / "data", text="Other words. ", n=400)  # the same name, other text
     with pytest.raises(ConfigError) as error:
         train.main([f"--out_dir={out}", "--resume", "--max_iters=20"])
@@ -177,14 +177,14 @@ def test_resume_on_data_that_changed_is_refused_unless_asked_for(tmp_path, capsy
                               f"tokens), but {data} now holds other data (generation 2: ")
     assert message.endswith("prepare the original data again, or go on with this data with "
                             "--new_data") and "\n" not in message
-    assert train.load_checkpoint(os.path.join(out, "ckpt.pt"))["iter_num"] == 10  # untouched
+    assert runtime.load_checkpoint(os.path.join(out, "ckpt.pt"))["iter_num"] == 10  # untouched
     capsys.readouterr()
     # said explicitly: it goes on, and says what changed
     assert train.main([f"--out_dir={out}", "--resume", "--max_iters=20", "--new_data"]) == 0
     printed = capsys.readouterr().out
     assert f"resume: the data changed: {data} (generation 1: " in printed
     assert f" -> {data} (generation 2: " in printed
-    ckpt = train.load_checkpoint(os.path.join(out, "ckpt.pt"))
+    ckpt = runtime.load_checkpoint(os.path.join(out, "ckpt.pt"))
     assert ckpt["iter_num"] == 20 and ckpt["data"]["generation"] == 2
     assert "new_data" not in ckpt["config"]  # an action, not a setting the next resume restores
     # the same data re-prepared (same shards, new generation) is the same data
@@ -233,7 +233,7 @@ def test_settings_show_the_values_in_effect_and_leave_out_actions(data_dir, tmp_
     assert "overwrite" not in shown and "resume" not in shown
     logged = records(out, "config")[0]["settings"]
     assert {k: str(v) for k, v in logged.items()} == shown  # log.jsonl's first record: the same
-    assert "overwrite" not in train.load_checkpoint(os.path.join(out, "ckpt.pt"))["config"]
+    assert "overwrite" not in runtime.load_checkpoint(os.path.join(out, "ckpt.pt"))["config"]
     assert train.main([f"--out_dir={out}", "--resume", "--max_iters=22"]) == 0
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("settings: "))
     assert "overwrite=" not in line and "resume=" not in line and "max_iters=22" in line

@@ -14,17 +14,12 @@ must divide). Left at 0, each rank runs one micro-step, on any number of ranks.
 
 Every log line also goes to out_dir/log.jsonl; checkpoints are written atomically to
 out_dir/ckpt.pt.
-The settings and their defaults live in configurator.py (TRAIN_SETTINGS).
+The settings and their defaults live in configurator.py (TRAIN_SETTINGS); the checkpoint and
+--resume's rules in resume.py; the log lines and Ctrl-C in trainlog.py.
 """
-import contextlib
-import dataclasses
-import errno
-import json
 import math
 import os
-import signal
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -34,12 +29,11 @@ import shards
 from configurator import (ACTIONS, TRAIN_SETTINGS, ConfigError, defaults_of, given_keys,
                           parse_args, plural)
 from model import GPT, GPTConfig
-from runtime import (CHECKPOINT_FORMAT, DiskFull, disk_full, gpu_peak_flops, load_checkpoint,
-                     save_checkpoint, setup_device)
+from resume import Checkpoint, check_resume_data, resolve_resume, restore_rank_state
+from runtime import DiskFull, setup_device
+from trainlog import CtrlC, Report
 
 DEFAULTS = defaults_of(TRAIN_SETTINGS)
-# the settings that shape the weights: a resumed run cannot change them (dropout it can)
-MODEL_KEYS = {f.name for f in dataclasses.fields(GPTConfig)} - {"dropout", "vocab_size"}
 USAGE = "usage: python train.py [config/preset.py ...] [--key=value ...]"
 # how a run ended, for the shell and for compare.py (a diverged run is a result there, not a crash)
 EXIT_CODES = {"done": 0, "interrupted": 130, "diverged": 3}
@@ -144,44 +138,6 @@ class Batches:
         self.shard, self.pos = state["shard"], state["pos"]
         if self.shard not in self.usable:  # other data (--new_data): start from its beginning
             self.shard, self.pos = self.usable[0], self.rank * self.B * self.T
-
-
-def resolve_resume(cfg, given, ckpt_path):
-    """--resume: the checkpoint's settings, changed only where given (each change announced).
-    given: the keys set on the command line or by a preset (None: every key of cfg)."""
-    ckpt = load_checkpoint(ckpt_path)
-    # the actions (resume, overwrite, new_data) are this command's, never the checkpoint's
-    saved = {**DEFAULTS, **{k: v for k, v in ckpt["config"].items() if k not in ACTIONS},
-             **{k: cfg[k] for k in ACTIONS}}
-    given = set(cfg) if given is None else set(given)
-    changes = {k: (saved.get(k), cfg[k])
-               for k in given - set(ACTIONS) if saved.get(k) != cfg[k]}
-    shape = {k: v for k, v in changes.items() if k in MODEL_KEYS}
-    if shape:
-        shown = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in shape.items())
-        raise ConfigError(f"cannot resume {ckpt_path}: the model differs ({shown}); "
-                          f"a run keeps its model shape: "
-                          f"drop those settings, or start a new run with another --out_dir")
-    return {**saved, **{k: b for k, (_, b) in changes.items()}, "resume": True}, ckpt, changes
-
-
-def check_resume_data(ckpt_path, ckpt, data, cfg, changes):
-    """A resume goes on with the data the checkpoint trained on, unless the user says otherwise
-    (--new_data, or another --dataset); tokens of another tokenizer never fit the model."""
-    then = ckpt.get("data")  # checkpoints of older versions record none: nothing to compare
-    if then is None or then["sha256"] == data["sha256"]:
-        return None
-    if then["tokenizer"] != data["tokenizer"]:
-        raise ConfigError(f"cannot resume {ckpt_path}: its model reads {then['tokenizer']} "
-                          f"tokens, {data['dir']} holds {data['tokenizer']} tokens: resume on "
-                          f"data prepared with --tokenizer={then['tokenizer']}")
-    if not cfg["new_data"] and "dataset" not in changes:
-        raise ConfigError(f"cannot resume {ckpt_path}: it trained on {then['dir']} "
-                          f"({shards.describe(then)}), but {data['dir']} now holds other data "
-                          f"({shards.describe(data)}): prepare the original data again, "
-                          f"or go on with this data with --new_data")
-    return (f"resume: the data changed: {then['dir']} ({shards.describe(then)}) -> "
-            f"{data['dir']} ({shards.describe(data)})")
 
 
 def changed_in_effect(ckpt, cfg, settings, changes, iter_num):
@@ -456,234 +412,6 @@ def mean_over_ranks(value, world):
         dist.all_reduce(value)
         value /= world
     return value.item()
-
-
-# -----------------------------------------------------------------------------
-# checkpointing
-
-class Checkpoint:
-    """out_dir/ckpt.pt, written by rank 0 at a step boundary with everything an exact resume needs:
-    weights, AdamW, the run's fixed record (settings, data, tokenizer) and every rank's data
-    position and RNG states. It remembers which step the file on disk holds, for a full disk."""
-
-    def __init__(self, path, saved_iter, device_type, record):
-        self.path, self.saved_iter, self.record = path, saved_iter, record
-        self.device_type = device_type
-
-    def save(self, iter_num, best_val_loss, model, optimizer, batches, rank, world):
-        """Every rank calls it (the ranks' states are gathered); rank 0 writes."""
-        states, mine = [None] * world, rank_state(batches, self.device_type)
-        if world > 1:
-            dist.all_gather_object(states, mine)
-        else:
-            states[0] = mine
-        if rank != 0:
-            return
-        try:
-            save_checkpoint(self.path, {
-                "format": CHECKPOINT_FORMAT, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), **self.record,
-                "iter_num": iter_num, "best_val_loss": best_val_loss, "rank_states": states})
-        except DiskFull:
-            raise self.no_space(f"saving {self.path}") from None
-        self.saved_iter = iter_num
-
-    def no_space(self, doing):
-        """The one-line error for a full disk: what failed, and which checkpoint is whole."""
-        kept = (f"the checkpoint of step {self.saved_iter} is kept (free some space, then add "
-                f"--resume)" if self.saved_iter is not None
-                else "the ckpt.pt already there is unchanged" if os.path.exists(self.path)
-                else "no checkpoint was saved")
-        return DiskFull(errno.ENOSPC, f"no space left on device while {doing}; {kept}")
-
-
-def rank_state(batches, device_type):
-    """This rank's data position and RNG states, as of now (a step boundary)."""
-    return {"data": batches.state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}
-
-
-def restore_rank_state(ckpt, ckpt_path, batches, rank, world, device_type):
-    """This rank's data position and RNGs, from the checkpoint (written by as many ranks)."""
-    if len(ckpt["rank_states"]) != world:
-        raise ConfigError(f"{ckpt_path} was written by {len(ckpt['rank_states'])} process(es); "
-                          f"resume it with the same number (torchrun --nproc_per_node)")
-    state = ckpt["rank_states"][rank]
-    batches.load_state(state["data"])
-    torch.set_rng_state(state["torch"])
-    if device_type == "cuda" and state.get("cuda") is not None:
-        torch.cuda.set_rng_state(state["cuda"])
-
-
-# -----------------------------------------------------------------------------
-# stopping
-
-class CtrlC:
-    """Ctrl-C sets a flag; the loop stops at the next step boundary (all ranks at the same one) and
-    saves there. A second Ctrl-C stops at once, keeping the last checkpoint. (Under torchrun a rank
-    gets one Ctrl-C twice, from the terminal and from torchrun: within a second, it is one.)"""
-
-    def __init__(self, master):
-        self.master, self.requested, self.at = master, False, 0.0
-        self.previous = signal.signal(signal.SIGINT, self.on_sigint)
-
-    def on_sigint(self, signum, frame):
-        if self.requested:
-            if time.time() - self.at < 1.0:
-                return
-            raise KeyboardInterrupt
-        self.requested, self.at = True, time.time()
-        if self.master:
-            print("\nCtrl-C: stopping after this step (Ctrl-C again to stop at once)", flush=True)
-
-    def agreed(self, iter_num, every, device, ddp):
-        """One process: the flag. Under DDP all ranks must agree on the step, so they compare
-        flags, but only every log_interval steps (already a sync point), not every step."""
-        if not ddp:
-            return self.requested
-        if iter_num % every:
-            return False
-        flag = torch.tensor(float(self.requested), device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return flag.item() > 0
-
-    def restore(self):
-        signal.signal(signal.SIGINT, self.previous)
-
-
-# -----------------------------------------------------------------------------
-# logging
-
-class Report:
-    """What a run says: lines on stdout and the same records in out_dir/log.jsonl (rank 0 only),
-    and the speed of each log window: tokens/s, MFU against the GPU's peak, the ETA."""
-
-    def __init__(self, cfg, model, checkpoint, tokens_per_step, device, rank, world, start_iter):
-        self.cfg, self.model, self.checkpoint = cfg, model, checkpoint
-        self.tokens_per_step, self.master, self.world = tokens_per_step, rank == 0, world
-        self.peak = (gpu_peak_flops(torch.cuda.get_device_name(device))
-                     if device.startswith("cuda") else None)
-        self.file = open(os.path.join(cfg["out_dir"], "log.jsonl"), "a") if self.master else None
-        self.speeds, self.start_iter, self.last_iter = [], start_iter, start_iter
-        self.t0 = self.t_run = time.time()
-
-    def log(self, record):
-        """One line of log.jsonl (rank 0)."""
-        if self.file is None:
-            return
-        try:
-            self.file.write(json.dumps(record) + "\n")
-            self.file.flush()
-        except OSError as e:
-            if disk_full(e):
-                with contextlib.suppress(OSError):
-                    self.file.close()  # drops what did not fit, so exiting does not retry it
-                raise self.checkpoint.no_space(f"writing {self.file.name}") from None
-            raise
-
-    def start(self, changes, effects, data_note, settings, data_dir, accumulation, done_before):
-        """What the run is: the resume's changes, the settings in effect, the model and the step."""
-        cfg, iter_num, ckpt_path = self.cfg, self.start_iter, self.checkpoint.path
-        if not self.master:
-            return
-        for key, (old, new) in changes.items():
-            print(f"resume: {key}: {old!r} -> {new!r}")
-        for line in effects + ([data_note] if data_note else []):
-            print(line)
-        if cfg["resume"]:
-            print(f"resuming {ckpt_path} at step {iter_num}")
-        if done_before:
-            print(f"{ckpt_path} is already at step {iter_num} of max_iters {cfg['max_iters']}: "
-                  f"nothing to train; to go further, --resume with a larger --max_iters")
-        if warmup_steps(cfg) != cfg["warmup_iters"]:
-            print(f"note: warmup_iters {cfg['warmup_iters']} would fill the whole schedule: "
-                  f"warming up for {plural(warmup_steps(cfg), 'step')}")
-        print("settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
-        device, dtype, world = settings["device"], settings["dtype"], self.world
-        print(f"{cfg['value_mode']}: {self.model.num_params() / 1e6:.2f}M parameters, "
-              f"{device} {dtype}, "
-              f"{self.tokens_per_step:,} tokens/step ({cfg['batch_size']} x {cfg['block_size']} x "
-              f"{plural(accumulation, 'micro-step')} x {plural(world, 'rank')}), "
-              f"{plural(cfg['max_iters'], 'step')}, data {data_dir}")
-        self.log({"kind": "config", "iter": iter_num, "settings": settings,
-                  "changes": {k: list(v) for k, v in changes.items()},
-                  "changes_in_effect": effects, "num_params": self.model.num_params(),
-                  "device": device, "dtype": dtype, "world": world,
-                  "tokens_per_step": self.tokens_per_step})
-
-    def eval(self, iter_num, losses):
-        """The evaluation's record (with learned lambdas, per layer 2..n), printed and logged."""
-        record = {"iter": iter_num, "tokens": iter_num * self.tokens_per_step,
-                  "train_loss": losses["train"], "val_loss": losses["val"]}
-        if self.cfg["learnable_lambda"]:
-            record["lambdas"] = [block.attn.value_lambdas.tolist()
-                                 for block in self.model.transformer.h[1:]]
-        if self.master:
-            print(f"step {iter_num}: train loss {losses['train']:.4f}, "
-                  f"val loss {losses['val']:.4f}")
-            self.log({"kind": "eval", **record})
-        return record
-
-    def restart_clock(self):
-        self.t0 = time.time()
-
-    def train(self, iter_num, lossf, lr):
-        """The log window that ends at iter_num: loss, lr, speed, MFU and ETA."""
-        cfg = self.cfg
-        dt = (time.time() - self.t0) / (iter_num - self.last_iter)
-        record = {"kind": "train", "iter": iter_num, "loss": lossf, "lr": lr,
-                  "ms_per_step": 1000 * dt, "tokens_per_sec": self.tokens_per_step / dt}
-        # the first window includes compilation
-        warm = iter_num > self.start_iter + cfg["log_interval"]
-        if self.peak and warm:
-            record["mfu"] = self.model.estimate_mfu(record["tokens_per_sec"] / self.world,
-                                                    self.peak, cfg["block_size"])
-        if warm:
-            self.speeds.append(record["tokens_per_sec"])
-        if self.master:
-            mfu = f", mfu {100 * record['mfu']:.1f}%" if "mfu" in record else ""
-            eta = ((time.time() - self.t_run) / (iter_num - self.start_iter)
-                   * (cfg["max_iters"] - iter_num))
-            print(f"iter {iter_num}/{cfg['max_iters']}: loss {lossf:.4f}, lr {lr:.2e}, "
-                  f"{record['ms_per_step']:.0f} ms/step, "
-                  f"{record['tokens_per_sec']:,.0f} tok/s{mfu}, "
-                  f"ETA {eta // 60:.0f}m{eta % 60:02.0f}s")
-            self.log(record)
-        self.t0, self.last_iter = time.time(), iter_num
-
-    def median_speed(self):
-        """tokens/s, the median over the warm log windows."""
-        speeds = sorted(self.speeds)
-        return speeds[len(speeds) // 2] if speeds else float("nan")
-
-    def interrupted(self, iter_num):
-        if self.master:
-            again = f"torchrun --nproc_per_node={self.world}" if self.world > 1 else "python"
-            print(f"interrupted at step {iter_num}: saved {self.checkpoint.path}; continue with "
-                  f"{again} train.py --out_dir={self.cfg['out_dir']} --resume")
-
-    def stopped_at_once(self):
-        if self.master:
-            print(f"\nstopped at once: kept the last checkpoint in {self.checkpoint.path}")
-
-    def final(self, iter_num, full_val, n, done_before):
-        if self.master:
-            self.log({"kind": "final", "iter": iter_num, "val_loss_full": full_val,
-                      "val_tokens": n})
-            print(f"val loss over the whole validation split ({n:,} tokens): {full_val:.4f}")
-            print(f"{'kept' if done_before else 'saved'} {self.checkpoint.path} (step {iter_num}); "
-                  f"sample from it: "
-                  f"python sample.py --out_dir={self.cfg['out_dir']}")
-
-    def end(self, status, iter_num):
-        """A diverged run's record and advice; then log.jsonl is closed."""
-        if status == "diverged" and self.master:
-            self.log({"kind": "diverged", "iter": iter_num})
-            print(f"loss is not finite at step {iter_num}: stopped; "
-                  f"the last good checkpoint is {self.checkpoint.path} "
-                  f"(try a lower --learning_rate or --grad_clip=1.0)")
-        if self.file:
-            self.file.close()
 
 
 def main(argv):
