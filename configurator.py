@@ -50,15 +50,15 @@ TRAIN_SETTINGS = dict(
         "resformer: learn (lambda_1, lambda_2) per layer, starting from the values above"),
     lambda_lr_scale=(1.0, "learned lambdas: their learning rate as a multiple of the weights'"),
     # AdamW and the schedule: linear warmup, cosine decay to min_lr at lr_decay_iters
-    learning_rate=(1e-3, "peak learning rate"),
-    max_iters=(5000, "optimizer steps in all"),
+    learning_rate=(3e-3, "peak learning rate"),
+    max_iters=(6000, "optimizer steps in all"),
     weight_decay=(0.1, "AdamW weight decay (2-D weights only)"),
     beta1=(0.9, "AdamW beta1"),
     beta2=(0.95, "AdamW beta2"),
     grad_clip=(1.0, "clip the gradient norm to this (0 = off)"),
     warmup_iters=(100, "linear warmup steps (clipped to the run)"),
     lr_decay_iters=(0, "step where the cosine reaches min_lr (0 = max_iters)"),
-    min_lr=(1e-4, "final learning rate"),
+    min_lr=(3e-4, "final learning rate"),
     # system
     device=("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps"),
     dtype=("auto", "auto (bfloat16 on capable GPUs, else float32), float32, bfloat16, float16"),
