@@ -17,7 +17,7 @@ import os
 import sys
 
 # train.py's settings. The defaults are the CPU quickstart (config/quickstart.py spells them out):
-# a small byte-level ResFormer on Shakespeare's plays, about 6-7 minutes on 2 CPU cores.
+# a small byte-level ResFormer on Shakespeare's plays, about 5 minutes on 2 quiet CPU cores.
 TRAIN_SETTINGS = dict(
     # I/O
     out_dir=("out", "directory for ckpt.pt and log.jsonl"),
