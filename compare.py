@@ -62,7 +62,8 @@ COMPARE_SETTINGS = dict(
                        "never the reported --seeds"),
     tune_extend=(4, "--tune: at most this many learning rates added beyond each end of the grid"),
     lrs=("", "each variant's own peak lr, e.g. vanilla=1.2e-2,svformer=8.5e-3 (what --tune "
-             "prints; min_lr follows); variants not named train at learning_rate"),
+             "prints; min_lr follows); variants not named train at learning_rate; --lrs= "
+             "trains all at learning_rate (the paper's protocol); --tune ignores it"),
 )
 # train.py's settings without its actions: compare.py decides per run to resume or start afresh
 SETTINGS = {**{k: v for k, v in TRAIN_SETTINGS.items() if k not in ACTIONS},
@@ -425,18 +426,19 @@ def search_lrs(cfg, modes, root, jobs, samples):
 
 
 def own_lrs(modes, cfg):
-    """--lrs: the named variants at their own peak lr (the fair protocol without a search)."""
-    names = [name for name, _ in modes]
+    """--lrs: the named variants at their own peak lr (the fair protocol without a search);
+    a preset's lrs may name variants this command does not train."""
     lrs = {}
     for item in parse_list(cfg["lrs"]):
         name, _, lr = item.rpartition("=")  # a variant's name may hold '=' itself
         try:
             lrs[name] = float(lr)
+            parse_modes(name)
         except ValueError:
             lrs[name] = -1.0
-        if name not in names or lrs[name] <= 0:
-            raise ConfigError(f"--lrs: {item!r} is not variant=learning_rate for a variant of "
-                              f"--modes ({', '.join(names)})")
+        if lrs[name] <= 0:
+            raise ConfigError(f"--lrs: {item!r} is not variant=learning_rate for a variant "
+                              f"(vanilla, resformer, svformer, ...)")
     return [(name, {**o, **lr_settings(cfg, lrs[name])} if name in lrs else o)
             for name, o in modes]
 

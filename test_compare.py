@@ -449,6 +449,11 @@ def test_lrs_trains_each_named_variant_at_its_own_peak_lr(data_dir, tmp_path, mo
                                            "resformer:max_iters=1": 2e-2}
     assert "own peak learning rate (vanilla 0.01, resformer 0.02" in (
         tmp_path / "results.md").read_text()
+    # a variant this command does not train (a preset's lrs for all three) is not an error
+    calls.clear()
+    assert compare.main(args + ["--modes=vanilla", "--less_data=0",
+                                "--lrs=vanilla=1e-2,resformer_kv1=5e-3"]) == 0
+    assert {(c["value_mode"], c["learning_rate"]) for c in calls} == {("vanilla", 1e-2)}
     for bad in ("--lrs=vanila=1e-2", "--lrs=vanilla=fast", "--lrs=vanilla=-1"):
         with pytest.raises(ValueError, match="is not variant=learning_rate"):
             compare.main(args + [bad])
