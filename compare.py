@@ -3,8 +3,11 @@ The paper's comparison, settled with paired statistics: train vanilla, ResFormer
 the same data with the same seeds (same initial RNG state, same batches) and report, per variant,
 the per-seed difference to vanilla, its mean, a 95% t interval and the wins.
 
-    # config/compare.py: 3 seeds x (vanilla, ResFormer, SVFormer, ResFormer on 85% of the tokens)
+    # config/compare.py: 3 seeds x (vanilla, ResFormer, SVFormer, ResFormer on 85% of the tokens),
+    # each at its own best peak lr (the preset's lrs, measured by --tune)
     python compare.py
+    # the paper's protocol: every variant at one shared lr (the preset's learning_rate)
+    python compare.py --lrs= --out_dir=out-paper
     # the headline pair (+ ResFormer on 85% of the tokens)
     python compare.py --modes=vanilla,resformer
     # a variant with its own settings
