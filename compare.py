@@ -435,10 +435,10 @@ def own_lrs(modes, cfg):
     for item in parse_list(cfg["lrs"]):
         name, _, lr = item.rpartition("=")  # a variant's name may hold '=' itself
         try:
-            lrs[name] = float(lr)
             parse_modes(name)
+            lrs[name] = float(lr)
         except ValueError:
-            lrs[name] = -1.0
+            lrs[name] = 0.0  # not a variant or not a number: refused below
         if lrs[name] <= 0:
             raise ConfigError(f"--lrs: {item!r} is not variant=learning_rate for a variant "
                               f"(vanilla, resformer, svformer, ...)")
@@ -561,7 +561,8 @@ def main(argv):
         shards.prepare_default(shards.dataset_dir(cfg["dataset"]))  # once, not once per run
     # the data's problems (missing, an older layout) in one line now, not once per run
     data_dir = shards.dataset_dir(cfg["dataset"])
-    shards.load_meta(data_dir), shards.list_shards(data_dir, "train")
+    shards.load_meta(data_dir)
+    shards.list_shards(data_dir, "train")
     t_start, search, best = time.time(), None, None
     if cfg["tune"]:
         search, interrupted, failed = search_lrs(cfg, modes, root, jobs, cfg["analysis_samples"])
