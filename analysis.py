@@ -60,6 +60,60 @@ def crossing(tokens, losses, target):
     return None
 
 
+# ---- fewer parameters: loss against model size ----
+
+def param_saving(vanilla, variant, draws=2000):
+    """The paper's "fewer parameters", read off two fitted curves loss = a + b ln(params), one
+    per variant. vanilla, variant: (params per size, final losses [size][seed], the same seeds).
+    At the middle size N (geometric mean of vanilla's sizes) the variant reaches vanilla's
+    fitted loss with N' = exp((a_v + b_v ln N - a_r) / b_r) parameters: saving = 1 - N'/N
+    (0.2 = 20% fewer). Only defined where both losses fall with size (b < 0). The 95%
+    interval resamples the seeds (bootstrap, fixed RNG); None when a resample has no slope."""
+    def fit(params, losses, cols):
+        b, a = np.polyfit(np.log(params), np.asarray(losses)[:, cols].mean(axis=1), 1)
+        return a, b
+
+    def saving(cols):
+        (a_v, b_v), (a_r, b_r) = fit(*vanilla, cols), fit(*variant, cols)
+        if b_v >= 0 or b_r >= 0:
+            return None
+        log_mid = np.mean(np.log(vanilla[0]))
+        return 1 - math.exp((a_v + b_v * log_mid - a_r) / b_r - log_mid)
+
+    n_seeds = np.asarray(vanilla[1]).shape[1]
+    every = list(range(n_seeds))
+    rng = np.random.default_rng(0)
+    resampled = [saving(list(rng.integers(0, n_seeds, n_seeds))) for _ in range(draws)]
+    finite = sorted(x for x in resampled if x is not None)
+    return {"slope_vanilla": float(fit(*vanilla, every)[1]),
+            "slope_variant": float(fit(*variant, every)[1]),
+            "middle_params": float(np.exp(np.mean(np.log(vanilla[0])))),
+            "saving": saving(every), "n_seeds": n_seeds,
+            "interval": ([finite[int(0.025 * draws)], finite[int(0.975 * draws) - 1]]
+                         if n_seeds >= 3 and len(finite) == draws else None)}
+
+
+def size_sweep(sweep):
+    """{variant: param_saving} when a sweep changes the model's size at 3 or more points
+    (vanilla's parameter count differs), on the seeds every point and both variants share."""
+    points = [p for p in sweep.values() if "vanilla" in p]
+    if len({p["vanilla"]["num_params"] for p in points}) < 3:
+        return {}
+    out = {}
+    for name in sorted({n for p in points for n in p} - {"vanilla"}):
+        if not all(name in p for p in points):
+            continue
+        seeds = sorted(set.intersection(*(set(p[n]["seeds"]) for p in points
+                                          for n in ("vanilla", name))))
+        if len(seeds) < 2:
+            continue
+        curves = [([p[n]["num_params"] for p in points],
+                   [[p[n]["val_loss"][p[n]["seeds"].index(s)] for s in seeds] for p in points])
+                  for n in ("vanilla", name)]
+        out[name] = {**param_saving(*curves), "seeds": seeds}
+    return out
+
+
 # ---- the learning-rate search ----
 
 FINEST_LR_STEP = math.sqrt(2)  # neighbours of the best learning rate are at most this far apart

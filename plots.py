@@ -1,13 +1,15 @@
 """
 Pictures for compare.py (matplotlib, optional): loss curves with the difference to vanilla,
-attention entropy and token similarity per layer, learned lambdas, a sweep, attention maps;
-and plot_logs() for any runs' log.jsonl (python compare.py --plot=out,out2).
+attention entropy and token similarity per layer, learned lambdas, a sweep, loss against model
+size, attention maps; and plot_logs() for any runs' log.jsonl (python compare.py --plot=out,out2).
 """
 import json
 import os
 import textwrap
 
 import numpy as np
+
+from analysis import size_sweep
 
 
 def pyplot():
@@ -90,6 +92,8 @@ def write_all(root, results, sweep, maps, search=None):
     paired = any("paired" in r for p in sweep.values() for r in p.values())
     if paired and not search:  # under --tune the one "point" is the paper's protocol: a table
         written.append(sweep_figure(plt, root, sweep))
+    if size_sweep(sweep):
+        written.append(size_figure(plt, root, sweep))
     if maps:
         written.append(attention_maps(plt, root, maps))
     return written
@@ -194,6 +198,31 @@ def sweep_figure(plt, root, sweep):
     ax.set(ylabel="val loss minus vanilla (below 0 = better)",
            title="Gain over vanilla across the sweep")
     return save(plt, fig, os.path.join(root, "sweep.png"))
+
+
+def size_figure(plt, root, sweep):
+    """Final loss against parameter count: each seed as a dot, the fitted line per variant
+    (analysis.param_saving), the saving at the middle size in the legend."""
+    fits = size_sweep(sweep)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k, name in enumerate(["vanilla"] + list(fits)):
+        points = [p[name] for p in sweep.values() if name in p]
+        params = np.array([r["num_params"] for r in points], dtype=float)
+        for n, r in zip(params, points):
+            ax.scatter([n] * len(r["val_loss"]), r["val_loss"], s=10, color=f"C{k}", alpha=0.4)
+        b, a = np.polyfit(np.log(params), [r["val_loss_mean"] for r in points], 1)
+        f = fits.get(name)
+        if f is None:
+            label = name
+        elif f["saving"] is None:
+            label = f"{name}: no saving read off (a loss does not fall with size)"
+        else:
+            label = f"{name}: {100 * f['saving']:.1f}% fewer parameters at the middle size"
+        ax.plot(params, a + b * np.log(params), color=f"C{k}", label=label)
+    ax.set_xscale("log")
+    ax.set(xlabel="parameters", ylabel="final val loss",
+           title="Loss against model size (lines: loss = a + b ln params)")
+    return save(plt, fig, os.path.join(root, "params.png"))
 
 
 def attention_maps(plt, root, maps):

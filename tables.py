@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from analysis import bracketed, lr_range, verdict
+from analysis import bracketed, lr_range, size_sweep, verdict
 from configurator import plural
 
 
@@ -44,7 +44,7 @@ def search_table(search, seeds):
 
 def write_tables(root, results, sweep, info, search=None):
     with open(os.path.join(root, "results.json"), "w") as f:
-        json.dump({"info": info, "modes": results, "sweep": sweep,
+        json.dump({"info": info, "modes": results, "sweep": sweep, "size_sweep": size_sweep(sweep),
                    "lr_search": {n: {f"{lr:g}": v for lr, v in by_lr.items()}
                                  for n, by_lr in (search or {}).items()}}, f, indent=1)
     reused = (f" ({info['reused']} of {plural(info['runs'], 'run')} reused)" if info["reused"]
@@ -128,5 +128,29 @@ def write_tables(root, results, sweep, info, search=None):
                               f"{point_results['vanilla']['val_loss_mean']:.4f} | "
                               f"{r['val_loss_mean']:.4f} | {p['mean']:+.4f} | {fmt_interval(p)} | "
                               f"{p['wins']} of {p['n']} |")
+    md += size_table(sweep)
     with open(os.path.join(root, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
+
+
+def size_table(sweep):
+    """A sweep over model sizes: the paper's "fewer parameters" from a fitted curve per variant
+    (analysis.param_saving)."""
+    fits = size_sweep(sweep)
+    if not fits:
+        return []
+    sizes = ", ".join(f"{p['vanilla']['num_params']:,}" for p in sweep.values() if "vanilla" in p)
+    md = ["\n## Loss against parameters (the paper's \"fewer parameters\")\n",
+          f"A line loss = a + b ln(params) per variant over vanilla's sizes ({sizes}); the "
+          "saving is read off at the middle size: how many fewer parameters the variant needs "
+          "for vanilla's fitted loss there. Interval: the seeds resampled (bootstrap); no "
+          "saving where a loss does not fall with size (b >= 0).\n",
+          "| variant | slope b: vanilla | slope b: variant | middle size | fewer parameters "
+          "| 95% interval | seeds |", "|---|---|---|---|---|---|---|"]
+    for name, f in fits.items():
+        saving = "-" if f["saving"] is None else f"{100 * f['saving']:+.1f}%"
+        interval = ("-" if f["interval"] is None
+                    else f"[{100 * f['interval'][0]:+.1f}%, {100 * f['interval'][1]:+.1f}%]")
+        md.append(f"| {name} | {f['slope_vanilla']:+.4f} | {f['slope_variant']:+.4f} | "
+                  f"{f['middle_params']:,.0f} | {saving} | {interval} | {len(f['seeds'])} |")
+    return md

@@ -14,6 +14,8 @@ import torch
 import analysis
 import compare
 import prepare
+import runs
+import tables
 import train
 from model import GPT, GPTConfig
 from runtime import load_checkpoint
@@ -90,18 +92,18 @@ def test_tiny_comparison_writes_everything(data_dir, tmp_path, capsys):
 def test_time_left_counts_the_steps_left_at_the_finished_runs_pace(tmp_path):
     """Finished runs took 0.125 s a step; left: 2 runs of 800 steps and half of a running one,
     2 at a time: 2,000 steps x 0.125 s / 2 = 125 s."""
-    runs = [{"out_dir": str(tmp_path / name), "max_iters": 800} for name in ("a", "b", "c")]
-    os.makedirs(runs[2]["out_dir"])
-    with open(os.path.join(runs[2]["out_dir"], "log.jsonl"), "w") as f:
+    grid = [{"out_dir": str(tmp_path / name), "max_iters": 800} for name in ("a", "b", "c")]
+    os.makedirs(grid[2]["out_dir"])
+    with open(os.path.join(grid[2]["out_dir"], "log.jsonl"), "w") as f:
         f.write('{"kind": "config", "iter": 0}\n{"kind": "train", "iter": 400}\n'
                 '{"kind": "eval", "iter": 400}\n{"kind": "tra')  # a line being written
-    todo, running = [(None, runs[0]), (None, runs[1])], [(None, runs[2], None, None)]
+    todo, running = [(None, grid[0]), (None, grid[1])], [(None, grid[2], None, None)]
     timing = {"seconds": 200.0, "steps": 1600}
-    assert compare.progress(todo, running, timing, jobs=2) == (
+    assert runs.progress(todo, running, timing, jobs=2) == (
         " (about 2 min left; running: c at 400/800)")
-    assert compare.progress([], running, timing, 2, "left in this round") == (
+    assert runs.progress([], running, timing, 2, "left in this round") == (
         " (under a minute left in this round; running: c at 400/800)")
-    assert compare.progress(todo, [], {"seconds": 0.0, "steps": 0}, 2) == ""  # nothing known yet
+    assert runs.progress(todo, [], {"seconds": 0.0, "steps": 0}, 2) == ""  # nothing known yet
 
 
 def test_a_variant_override_changes_only_that_variant(data_dir, tmp_path):
@@ -124,21 +126,21 @@ def test_interrupted_run_resumes_from_its_checkpoint(data_dir, tmp_path):
     cfg = compare.build_grid(compare.parse_args(compare.SETTINGS,
                                                 [compare.DEFAULT_PRESET] + args, ""),
                              compare.parse_modes("vanilla"), [1337], [("", {})], str(out))[0][1]
-    first_half = subprocess.run(compare.command(dict(cfg, max_iters=1), cfg["out_dir"])[0],
+    first_half = subprocess.run(runs.command(dict(cfg, max_iters=1), cfg["out_dir"])[0],
                                 capture_output=True, text=True)
     assert first_half.returncode == 0, first_half.stderr  # a checkpoint at step 1, with max_iters=1
     # the same run, but its settings say max_iters=2: the checkpoint is not this run's
     # -> starts afresh
-    assert compare.command(cfg, cfg["out_dir"])[1] is False
+    assert runs.command(cfg, cfg["out_dir"])[1] is False
     # a checkpoint of exactly this run (as Ctrl-C leaves it) is resumed
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
     ckpt = torch.load(ckpt_path, weights_only=False)
     ckpt["config"] = dict(cfg, overwrite=True)  # as when a stale run was replaced: still this run
     torch.save(ckpt, ckpt_path)
-    args_, resuming = compare.command(cfg, cfg["out_dir"])
+    args_, resuming = runs.command(cfg, cfg["out_dir"])
     assert resuming and "--resume" in args_
     assert compare.main(args) == 0
-    log = compare.read_log(cfg["out_dir"])
+    log = runs.read_log(cfg["out_dir"])
     steps = [r["iter"] for r in log if r["kind"] == "train"]
     assert steps == [1, 2]  # step 1 from the first half, then only step 2: it went on, not from 0
 
@@ -153,6 +155,45 @@ def test_paired_statistics_on_known_numbers():
     assert mixed["wins"] == 2 and "not distinguishable" in analysis.verdict(mixed)
     assert analysis.paired_stats([0.5])["interval"] is None
     assert analysis.t975(1) == 12.706 and analysis.t975(1000) == pytest.approx(1.9623, abs=1e-3)
+
+
+def made_up_size_sweep(bigger, noise=0.01, seeds=(1, 2, 3, 4, 5)):
+    """A sweep over 4 sizes where ResFormer's loss is vanilla's at `bigger` times the size
+    (loss = 5 - 0.2 ln N), and an SVFormer whose loss does not fall with size."""
+    rng = np.random.default_rng(0)
+    sweep = {}
+    for n_layer, n in zip((2, 4, 8, 16), (1e5, 2e5, 4e5, 8e5)):
+        losses = {"vanilla": 5 - 0.2 * np.log(n), "resformer": 5 - 0.2 * np.log(bigger * n),
+                  "svformer": 2.0}
+        sweep[f"n_layer={n_layer}"] = {
+            name: {"num_params": int(n), "seeds": list(seeds),
+                   "val_loss": list(loss + noise * rng.standard_normal(len(seeds)))}
+            for name, loss in losses.items()}
+    return sweep
+
+
+def test_fewer_parameters_read_off_the_fitted_curves():
+    fits = analysis.size_sweep(made_up_size_sweep(bigger=1.25))
+    res = fits["resformer"]  # the loss of a 1.25x larger vanilla: 1 - 1/1.25 = 20% fewer
+    assert res["saving"] == pytest.approx(0.2, abs=0.03)
+    assert res["interval"][0] < 0.2 < res["interval"][1] and res["interval"][1] - res["interval"][0] < 0.1
+    assert res["slope_vanilla"] == pytest.approx(-0.2, abs=0.02) and res["seeds"] == [1, 2, 3, 4, 5]
+    assert analysis.size_sweep(made_up_size_sweep(bigger=0.8))["resformer"]["saving"] < 0
+    flat = fits["svformer"]  # its loss does not fall with size: nothing to read off
+    assert flat["saving"] is None and flat["interval"] is None
+    noisy = analysis.size_sweep(made_up_size_sweep(bigger=1.25, noise=0.5))["resformer"]
+    assert noisy["interval"] is None  # some resamples have no falling curve: no interval
+    # two sizes are no curve; a sweep that does not change the size is not a size sweep
+    two = dict(list(made_up_size_sweep(1.25).items())[:2])
+    assert analysis.size_sweep(two) == {}
+    same_size = made_up_size_sweep(1.25)
+    for point in same_size.values():
+        for r in point.values():
+            r["num_params"] = 1000
+    assert analysis.size_sweep(same_size) == {}
+    table = "\n".join(tables.size_table(made_up_size_sweep(bigger=1.25)))
+    assert "Loss against parameters" in table and "| resformer |" in table
+    assert re.search(r"\| svformer \| [^|]+ \| [^|]+ \| [^|]+ \| - \| - \|", table)
 
 
 def test_crossing_interpolates_or_says_never():
@@ -268,8 +309,8 @@ def test_runs_finished_before_the_actions_left_the_settings_are_reused(tmp_path)
     os.makedirs(cfg["out_dir"])
     with open(os.path.join(cfg["out_dir"], "summary.json"), "w") as f:
         json.dump({"config": dict(cfg, resume=False, overwrite=True), "status": "done"}, f)
-    assert compare.finished(cfg, cfg["out_dir"])["status"] == "done"
-    assert compare.finished(dict(cfg, n_layer=3), cfg["out_dir"]) is None
+    assert runs.finished(cfg, cfg["out_dir"])["status"] == "done"
+    assert runs.finished(dict(cfg, n_layer=3), cfg["out_dir"]) is None
 
 
 def test_one_variant_without_vanilla_shorter_than_log_interval(data_dir, tmp_path, capsys,
@@ -322,10 +363,10 @@ def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tm
     stopped_at = load_checkpoint(str(out / "vanilla_seed1337" / "ckpt.pt"))["iter_num"]
     assert 0 < stopped_at < 3000
     assert compare.main(args) == 0
-    steps = [r["iter"] for r in compare.read_log(out / "vanilla_seed1337") if r["kind"] == "train"]
+    steps = [r["iter"] for r in runs.read_log(out / "vanilla_seed1337") if r["kind"] == "train"]
     # continued, no restart
     assert steps[-1] == 3000 and steps.count(stopped_at + 10 - stopped_at % 10) == 1
-    assert [r["iter"] for r in compare.read_log(out / "vanilla_seed1337")
+    assert [r["iter"] for r in runs.read_log(out / "vanilla_seed1337")
             if r["kind"] == "config"] == [0, stopped_at]
 
 
@@ -494,8 +535,8 @@ def test_a_run_that_fails_before_its_log_is_reported_not_a_crash(tmp_path, monke
     """train.py exiting with an error before it writes log.jsonl: FAILED with its last lines."""
     script = tmp_path / "fail.py"
     script.write_text("import sys\nsys.exit('error: this data is refused')\n")
-    monkeypatch.setattr(compare, "TRAIN_PY", str(script))
+    monkeypatch.setattr(runs, "TRAIN_PY", str(script))
     cfg = {"out_dir": str(tmp_path / "run"), "max_iters": 2}
-    summaries, interrupted, failed = compare.run_grid([(("vanilla", 1, ""), cfg)], 1, 1)
+    summaries, interrupted, failed = runs.run_grid([(("vanilla", 1, ""), cfg)], 1, 1)
     assert (summaries, interrupted, failed) == ({}, False, [cfg["out_dir"]])
     assert "error: this data is refused" in capsys.readouterr().out

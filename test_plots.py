@@ -143,3 +143,21 @@ def test_a_run_with_one_training_record_is_drawn(tmp_path, figures):
     assert train.get_xydata().tolist() == [[800 * 2048, 2.1]]
     assert train.get_marker() not in (None, "", "None")  # a single point is visible
     assert ax.xaxis.get_major_formatter()(1_638_400, 0) == "1.64M"
+
+
+def test_loss_against_size_draws_every_variant_with_its_fitted_line(tmp_path, figures):
+    sweep = {}
+    for n_layer, n in zip((2, 4, 8, 16), (1e5, 2e5, 4e5, 8e5)):
+        sweep[f"n_layer={n_layer}"] = {
+            name: {"num_params": int(n), "seeds": [1, 2, 3],
+                   "val_loss": [5 - 0.2 * np.log(n * scale) + d for d in (-0.01, 0, 0.01)],
+                   "val_loss_mean": 5 - 0.2 * np.log(n * scale)}
+            for name, scale in (("vanilla", 1.0), ("resformer", 1.25))}
+    path = plots.size_figure(plots.pyplot(), str(tmp_path), sweep)
+    assert os.path.isfile(path) and path.endswith("params.png")
+    ax = figures[-1].axes[0]
+    assert ax.get_xscale() == "log" and len(ax.lines) == 2
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[0] == "vanilla" and "20.0% fewer parameters" in labels[1]
+    # the fitted line goes through the means
+    assert ax.lines[1].get_ydata()[0] == pytest.approx(5 - 0.2 * np.log(1.25e5))
