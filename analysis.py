@@ -68,7 +68,8 @@ def param_saving(vanilla, variant, draws=2000):
     At the middle size N (geometric mean of vanilla's sizes) the variant reaches vanilla's
     fitted loss with N' = exp((a_v + b_v ln N - a_r) / b_r) parameters: saving = 1 - N'/N
     (0.2 = 20% fewer). Only defined where both losses fall with size (b < 0). The 95%
-    interval resamples the seeds (bootstrap, fixed RNG); None when a resample has no slope."""
+    interval resamples the seeds (bootstrap, fixed RNG); None when some resample's curves do not
+    both fall ("falling": the share that do), as then the saving is not pinned down."""
     def fit(params, losses, cols):
         b, a = np.polyfit(np.log(params), np.asarray(losses)[:, cols].mean(axis=1), 1)
         return a, b
@@ -88,7 +89,7 @@ def param_saving(vanilla, variant, draws=2000):
     return {"slope_vanilla": float(fit(*vanilla, every)[1]),
             "slope_variant": float(fit(*variant, every)[1]),
             "middle_params": float(np.exp(np.mean(np.log(vanilla[0])))),
-            "saving": saving(every), "n_seeds": n_seeds,
+            "saving": saving(every), "n_seeds": n_seeds, "falling": len(finite) / draws,
             "interval": ([finite[int(0.025 * draws)], finite[int(0.975 * draws) - 1]]
                          if n_seeds >= 3 and len(finite) == draws else None)}
 

@@ -216,8 +216,13 @@ def size_figure(plt, root, sweep):
             label = name
         elif f["saving"] is None:
             label = f"{name}: no saving read off (a loss does not fall with size)"
+        elif f["interval"] is None:
+            label = (f"{name}: {100 * f['saving']:.1f}% fewer parameters, not pinned down "
+                     f"(both fall in {100 * f['falling']:.0f}% of resamples)")
         else:
-            label = f"{name}: {100 * f['saving']:.1f}% fewer parameters at the middle size"
+            lo, hi = f["interval"]
+            label = (f"{name}: {100 * f['saving']:.1f}% fewer parameters "
+                     f"[{100 * lo:.1f}, {100 * hi:.1f}]")
         ax.plot(params, a + b * np.log(params), color=f"C{k}", label=label)
     ax.set_xscale("log")
     ax.set(xlabel="parameters", ylabel="final val loss",

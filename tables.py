@@ -143,14 +143,16 @@ def size_table(sweep):
     md = ["\n## Loss against parameters (the paper's \"fewer parameters\")\n",
           f"A line loss = a + b ln(params) per variant over vanilla's sizes ({sizes}); the "
           "saving is read off at the middle size: how many fewer parameters the variant needs "
-          "for vanilla's fitted loss there. Interval: the seeds resampled (bootstrap); no "
-          "saving where a loss does not fall with size (b >= 0).\n",
+          "for vanilla's fitted loss there. Interval: the seeds resampled (bootstrap); none "
+          "unless both curves fall (b < 0) in every resample, and no saving at all where a "
+          "fitted curve does not fall.\n",
           "| variant | slope b: vanilla | slope b: variant | middle size | fewer parameters "
-          "| 95% interval | seeds |", "|---|---|---|---|---|---|---|"]
+          "| 95% interval | both fall in | seeds |", "|---|---|---|---|---|---|---|---|"]
     for name, f in fits.items():
         saving = "-" if f["saving"] is None else f"{100 * f['saving']:+.1f}%"
         interval = ("-" if f["interval"] is None
                     else f"[{100 * f['interval'][0]:+.1f}%, {100 * f['interval'][1]:+.1f}%]")
         md.append(f"| {name} | {f['slope_vanilla']:+.4f} | {f['slope_variant']:+.4f} | "
-                  f"{f['middle_params']:,.0f} | {saving} | {interval} | {len(f['seeds'])} |")
+                  f"{f['middle_params']:,.0f} | {saving} | {interval} | "
+                  f"{100 * f['falling']:.0f}% of resamples | {len(f['seeds'])} |")
     return md

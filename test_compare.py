@@ -182,7 +182,8 @@ def test_fewer_parameters_read_off_the_fitted_curves():
     flat = fits["svformer"]  # its loss does not fall with size: nothing to read off
     assert flat["saving"] is None and flat["interval"] is None
     noisy = analysis.size_sweep(made_up_size_sweep(bigger=1.25, noise=0.5))["resformer"]
-    assert noisy["interval"] is None  # some resamples have no falling curve: no interval
+    assert noisy["interval"] is None and noisy["falling"] < 1  # not pinned down: no interval
+    assert res["falling"] == 1.0
     # two sizes are no curve; a sweep that does not change the size is not a size sweep
     two = dict(list(made_up_size_sweep(1.25).items())[:2])
     assert analysis.size_sweep(two) == {}
@@ -193,7 +194,7 @@ def test_fewer_parameters_read_off_the_fitted_curves():
     assert analysis.size_sweep(same_size) == {}
     table = "\n".join(tables.size_table(made_up_size_sweep(bigger=1.25)))
     assert "Loss against parameters" in table and "| resformer |" in table
-    assert re.search(r"\| svformer \| [^|]+ \| [^|]+ \| [^|]+ \| - \| - \|", table)
+    assert re.search(r"\| svformer \| [^|]+ \| [^|]+ \| [^|]+ \| - \| - \| \d+% of", table)
 
 
 def test_crossing_interpolates_or_says_never():
