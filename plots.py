@@ -225,6 +225,8 @@ def size_figure(plt, root, sweep):
                      f"[{100 * lo:.1f}, {100 * hi:.1f}]")
         ax.plot(params, a + b * np.log(params), color=f"C{k}", label=label)
     ax.set_xscale("log")
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + 0.3 * (high - low))  # room for the legend above the dots
     ax.set(xlabel="parameters", ylabel="final val loss",
            title="Loss against model size (lines: loss = a + b ln params)")
     return save(plt, fig, os.path.join(root, "params.png"))
