@@ -31,8 +31,6 @@ def heldout_windows(cfg, n):
     return torch.stack([torch.from_numpy(tokens[s:s + T].astype(np.int64)) for s in starts])
 
 
-
-
 def read_log(run_dir):
     """A run's log records; none if it stopped before writing one (e.g. its data was refused)."""
     path = os.path.join(run_dir, "log.jsonl")
