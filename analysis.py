@@ -1,6 +1,7 @@
 """
 The measures compare.py reports, each small enough to check by hand (test_compare.py does):
-paired statistics over seeds, the in-run crossing, and the paper's two analysis measures
+paired statistics over seeds, the in-run crossing, the parameter saving read off loss against
+model size, the learning-rate search's rules, and the paper's two analysis measures
 (attention entropy, token similarity) with the forward hooks that collect what they need.
 """
 import math
