@@ -87,8 +87,10 @@ def param_saving(vanilla, variant, draws=2000):
     rng = np.random.default_rng(0)
     resampled = [saving(list(rng.integers(0, n_seeds, n_seeds))) for _ in range(draws)]
     finite = sorted(x for x in resampled if x is not None)
-    return {"slope_vanilla": float(fit(*vanilla, every)[1]),
-            "slope_variant": float(fit(*variant, every)[1]),
+    line_vanilla, line_variant = fit(*vanilla, every), fit(*variant, every)
+    return {"line_vanilla": [float(x) for x in line_vanilla],  # (a, b)
+            "line_variant": [float(x) for x in line_variant],
+            "slope_vanilla": float(line_vanilla[1]), "slope_variant": float(line_variant[1]),
             "middle_params": float(np.exp(np.mean(np.log(vanilla[0])))),
             "saving": saving(every), "n_seeds": n_seeds, "falling": len(finite) / draws,
             "interval": ([finite[int(0.025 * draws)], finite[int(0.975 * draws) - 1]]

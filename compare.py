@@ -26,8 +26,9 @@ the per-seed difference to vanilla, its mean, a 95% t interval and the wins.
 A mode is a value mode with optional suffixes `_learnable` (ResFormer, learned lambdas) and `_kvN`
 (N key/value heads), then optional `:key=value` settings for that variant alone. Every run is
 `python train.py` in its own folder (<mode>_seed<k>/; runs.py); `jobs` runs go side by side, one
-CPU thread each. A finished run is reused; a run that was stopped resumes from its checkpoint: run the same
-command again. Writes results.md, results.json and pictures (with matplotlib) to out_dir.
+CPU thread each. A finished run is reused; a run that was stopped resumes from its checkpoint:
+run the same command again. Writes results.md, results.json and pictures (with matplotlib) to
+out_dir.
 """
 import os
 import platform

@@ -210,8 +210,9 @@ def size_figure(plt, root, sweep):
         params = np.array([r["num_params"] for r in points], dtype=float)
         for n, r in zip(params, points):
             ax.scatter([n] * len(r["val_loss"]), r["val_loss"], s=10, color=f"C{k}", alpha=0.4)
-        b, a = np.polyfit(np.log(params), [r["val_loss_mean"] for r in points], 1)
         f = fits.get(name)
+        # the lines analysis.param_saving fitted (vanilla's is the same against every variant)
+        a, b = f["line_variant"] if f else next(iter(fits.values()))["line_vanilla"]
         if f is None:
             label = name
         elif f["saving"] is None:
