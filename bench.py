@@ -25,10 +25,10 @@ import time
 import torch
 from torch.utils.benchmark import Measurement, Timer
 
-from configurator import ACTIONS, TRAIN_SETTINGS, parse_args, parse_list, plural
+from configurator import device_type, parse_args, parse_list, plural, run_main, setup_device
 from model import GPT, VALUE_MODES, GPTConfig, KVCache, kv_cache_bytes
-from runtime import gpu_peak_flops, setup_device
 from shards import ByteTokenizer
+from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, gpu_peak_flops
 
 # train.py's settings that a timing does not use: a preset may set them (config/*.py work as they
 # are) and they are ignored; --help does not list them and the command line refuses them
@@ -128,7 +128,7 @@ def bench_train(cfg, device, dtype, autocast):
     A step is `accumulation` forward/backward micro-steps and one optimizer step, as in train.py.
     torch.utils.benchmark's Timer times each step (at this run's thread count, the GPU synchronised,
     after two untimed calls of its own) and gives the median."""
-    device_type = "cuda" if device.startswith("cuda") else device
+    kind = device_type(device)
     B, T, micro_steps = cfg["batch_size"], cfg["seq_len"], cfg["accumulation"]
     gen = torch.Generator().manual_seed(cfg["seed"])
     x, y = (torch.randint(cfg["vocab_size"], (B, T), generator=gen).to(device) for _ in range(2))
@@ -136,13 +136,13 @@ def bench_train(cfg, device, dtype, autocast):
     timers, raws, results = {}, {}, {}
     for mode in cfg["modes"]:
         # this mode's peak: its own weights, optimizer state and activations
-        if device_type == "cuda":
+        if kind == "cuda":
             others = torch.cuda.memory_allocated(device)
             torch.cuda.reset_peak_memory_stats(device)
         raw = build(cfg, mode).to(device)
         opt = raw.configure_optimizers(d["weight_decay"], d["learning_rate"],
-                                       (d["beta1"], d["beta2"]), device_type)
-        scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
+                                       (d["beta1"], d["beta2"]), kind)
+        scaler = torch.amp.GradScaler(kind, enabled=dtype == "float16")
         model = torch.compile(raw) if cfg["compile"] else raw
 
         def step(model=model, opt=opt, scaler=scaler):  # train.py's step: micro-steps, clip, AdamW
@@ -160,7 +160,7 @@ def bench_train(cfg, device, dtype, autocast):
         for _ in range(cfg["warmup_steps"]):  # first calls allocate, autotune, compile: not timed
             step()
         synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device) - others if device_type == "cuda" else None
+        peak = torch.cuda.max_memory_allocated(device) - others if kind == "cuda" else None
         timers[mode] = Timer("step()", globals={"step": step}, description=mode,
                              num_threads=torch.get_num_threads())  # (its default is 1 thread)
         raws[mode] = raw
@@ -171,7 +171,7 @@ def bench_train(cfg, device, dtype, autocast):
         for mode in cfg["modes"][k:] + cfg["modes"][:k]:
             steps[mode].append(timers[mode].timeit(number=1))
     peak_flops = (gpu_peak_flops(torch.cuda.get_device_name(device))
-                  if device_type == "cuda" else None)
+                  if kind == "cuda" else None)
     for mode, r in results.items():
         measured = Measurement.merge(steps[mode])[0]
         r["step_ms"] = [1000 * t for t in measured.times]
@@ -213,7 +213,7 @@ def cache_logit_error(model, seq, prompt_len, device):
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
-        with torch.autocast(device.split(":")[0], enabled=False):
+        with torch.autocast(device_type(device), enabled=False):
             full, _ = model(seq, all_logits=True)
             cache = model.new_kv_cache(seq.size(0), dtype=torch.float32)
             steps = [model(seq[:, :prompt_len], kv_cache=cache)[0]]  # predicts token prompt_len
@@ -414,13 +414,12 @@ def main(argv):
     device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
     if cfg["threads"] > 0:
         torch.set_num_threads(cfg["threads"])
-    device_type = device.split(":")[0]
-    if device_type == "cuda" and ":" in device:
+    if device_type(device) == "cuda" and ":" in device:
         torch.cuda.set_device(device)  # cuda:N: the Timer synchronises the current device
     ptdtype = getattr(torch, dtype)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     result = {"config": {k: v for k, v in cfg.items()}, "device": device, "dtype": dtype,
-              "device_name": (torch.cuda.get_device_name(device) if device_type == "cuda"
+              "device_name": (torch.cuda.get_device_name(device) if device_type(device) == "cuda"
                               else device),
               "torch": torch.__version__, "threads": torch.get_num_threads(),
               "model": {k: cfg[k] for k in ("n_layer", "n_head", "n_kv_head", "n_embd",
@@ -449,7 +448,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (ValueError, FileNotFoundError) as e:  # user mistakes: one line, no traceback
-        sys.exit(f"error: {e}")
+    run_main(main)

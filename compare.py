@@ -39,14 +39,14 @@ import time
 import numpy as np
 import torch
 
-import plots
 import shards
-import tables
-from analysis import crossing, internals, next_lr, paired_stats, round_lr
-from configurator import (ACTIONS, TRAIN_SETTINGS, ConfigError, defaults_of, given_keys,
-                          load_config, parse_args, parse_list, plural)
+from configurator import (ConfigError, defaults_of, given_keys, load_config, parse_args,
+                          parse_list, plural, run_main)
+from lab import plots, tables
+from lab.analysis import crossing, internals, next_lr, paired_stats, round_lr
+from lab.runs import final_loss, finished, heldout_windows, run_grid
 from model import GPT
-from runs import final_loss, finished, heldout_windows, run_grid
+from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, decay_end
 
 COMPARE_SETTINGS = dict(
     modes=("vanilla,resformer,svformer",
@@ -135,7 +135,7 @@ def attention_map_data(grid, summaries, names):
     for (name, seed, point), cfg in grid:
         if (name in names and name not in maps
                 and summaries.get((name, seed, point), {}).get("status") == "done"):
-            model = GPT.from_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
+            model = GPT.from_checkpoint(shards.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt")))
             # the middle of 3 spaced windows
             attention, _ = internals(model, heldout_windows(cfg, 3)[1:2])
             layers = sorted({0, len(attention) // 2, len(attention) - 1})
@@ -155,12 +155,8 @@ def build_grid(cfg, modes, seeds, points, root):
                                 f"{point_name}{'_' if point_name else ''}{name}_seed{seed}")
                 run = {**base, **point, **overrides, "seed": seed,
                        "out_dir": os.path.join(root, folder)}
-                # spelled out, so a shorter variant keeps its own full schedule
-                if run["lr_decay_iters"] == 0:
-                    run["lr_decay_iters"] = run["max_iters"]
-                # one process per run: 0 (one micro-step per rank) is 1, as runs made before
-                # that default recorded it, so they are still reused
-                run["gradient_accumulation_steps"] = run["gradient_accumulation_steps"] or 1
+                run["lr_decay_iters"] = decay_end(run)  # spelled out: a shorter variant keeps
+                # its own full schedule
                 grid.append(((name, seed, point_name), run))
     return grid
 
@@ -434,9 +430,4 @@ def hardware(device):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except (ValueError, FileNotFoundError) as e:  # user mistakes: one line, no traceback
-        sys.exit(f"error: {e}")
-    except KeyboardInterrupt:
-        sys.exit(130)
+    run_main(main)

@@ -7,66 +7,16 @@ A preset is a plain Python-looking file of `key = value` lines (comments allowed
 with ast.literal_eval, never executed, so a preset can only set values, and every key it or an
 override names must be one the script knows, with a value of the default's type.
 
-Each script lists its settings as name=(default, meaning); `--help` prints that list. train.py's
-settings live here, not in train.py, because compare.py and bench.py take them too and no script
-imports another.
+Each script lists its settings as name=(default, meaning) at its top; `--help` prints that list.
+Also here, because every script needs them: the device a run computes on (setup_device) and the
+way a script runs as a program (run_main: a user's mistake is one line, never a traceback).
 """
 import ast
 import difflib
+import errno
 import os
 import sys
-
-# train.py's settings. The defaults are the CPU quickstart (config/quickstart.py spells them out):
-# a small byte-level ResFormer on Shakespeare's plays, about 5 minutes on 2 quiet CPU cores.
-TRAIN_SETTINGS = dict(
-    # I/O
-    out_dir=("out", "directory for ckpt.pt and log.jsonl"),
-    eval_interval=(500, "evaluate (and checkpoint) every this many steps"),
-    log_interval=(100, "print and log the training loss every this many steps"),
-    eval_iters=(20, "batches per loss estimate during training"),
-    resume=(False, "continue out_dir/ckpt.pt: its settings, changed only where given"),
-    overwrite=(False, "start afresh even if out_dir already holds a checkpoint"),
-    new_data=(False, "with --resume: go on although the dataset changed since the checkpoint"),
-    seed=(1337, "seed of the initial weights and the order of the training batches"),
-    # data
-    dataset=("shakespeare_byte", "data/<dataset>/ from prepare.py, or a path to such a directory"),
-    batch_size=(12, "sequences per micro-step"),
-    block_size=(64, "tokens per sequence (the model's context length)"),
-    gradient_accumulation_steps=(0,
-        "micro-steps per optimizer step, in all, divided over torchrun's ranks "
-        "(0 = one per rank)"),
-    # model (see GPTConfig in model.py)
-    n_layer=(4, "transformer blocks"),
-    n_head=(4, "attention heads"),
-    n_kv_head=(0, "key/value heads for grouped-query attention (0 = n_head)"),
-    n_embd=(128, "model width"),
-    dropout=(0.0, "dropout rate"),
-    bias=(False, "biases in Linear and LayerNorm layers"),
-    value_mode=("resformer",
-        "vanilla | resformer (value residual) | svformer (single shared value)"),
-    lambda_1=(0.5, "resformer: weight of layer 1's value V_1 in every later layer's value"),
-    lambda_2=(0.5, "resformer: weight of the layer's own value V_n (the paper's sweep: 1)"),
-    learnable_lambda=(False,
-        "resformer: learn (lambda_1, lambda_2) per layer, starting from the values above"),
-    lambda_lr_scale=(1.0, "learned lambdas: their learning rate as a multiple of the weights'"),
-    # AdamW and the schedule: linear warmup, cosine decay to min_lr at lr_decay_iters
-    learning_rate=(3e-3, "peak learning rate"),
-    max_iters=(6000, "optimizer steps in all"),
-    weight_decay=(0.1, "AdamW weight decay (2-D weights only)"),
-    beta1=(0.9, "AdamW beta1"),
-    beta2=(0.95, "AdamW beta2"),
-    grad_clip=(1.0, "clip the gradient norm to this (0 = off)"),
-    warmup_iters=(100, "linear warmup steps (clipped to the run)"),
-    lr_decay_iters=(0, "step where the cosine reaches min_lr (0 = max_iters)"),
-    min_lr=(3e-4, "final learning rate"),
-    # system
-    device=("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps"),
-    dtype=("auto", "auto (bfloat16 on capable GPUs, else float32), float32, bfloat16, float16"),
-    compile=(False, "torch.compile the model (GPU; slow to start)"),
-)
-# what a command does, not what a run is: never restored from a checkpoint, never compared
-ACTIONS = ("resume", "overwrite", "new_data")
-
+from contextlib import nullcontext
 
 class ConfigError(ValueError):
     pass
@@ -218,3 +168,66 @@ def load_config(defaults, argv, ignored=()):
             raise unknown(key, defaults, "--")
         config[key] = _checked(key, value, defaults[key], source)
     return config
+
+
+# -----------------------------------------------------------------------------
+# the device, and running a script as a program
+
+def device_type(device):
+    """'cuda:1' -> 'cuda' (what autocast, GradScaler and the RNG states take)."""
+    return device.split(":")[0]
+
+
+def setup_device(device="auto", dtype="auto"):
+    """(device, dtype name, autocast context) from the --device/--dtype settings, or a one-line
+    error naming the setting. auto: cuda > mps > cpu; bfloat16 on GPUs that have it, else float32.
+    Weights stay float32; bf16/fp16 is compute under autocast."""
+    import torch  # here, not at the top: prepare.py reads settings without torch
+    if device == "auto":
+        device = ("cuda" if torch.cuda.is_available()
+                  else "mps" if torch.backends.mps.is_available() else "cpu")
+    kind = device_type(device)
+    if kind not in ("cpu", "cuda", "mps") or (kind != "cuda" and ":" in device):
+        raise ValueError(f"--device={device}: use auto, cpu, cuda, cuda:N or mps")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device={device}: this torch sees no CUDA GPU; "
+                             f"use --device=cpu (or auto)")
+        index = device.partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+            raise ValueError(f"--device={device}: there are {torch.cuda.device_count()} "
+                             f"CUDA devices (cuda:0 ...)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("--device=mps: Apple's MPS backend is not available here; "
+                         "use --device=cpu (or auto)")
+    if dtype == "auto":
+        dtype = "bfloat16" if kind == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"--dtype={dtype}: use auto, float32, bfloat16 or float16")
+    if dtype == "bfloat16" and kind == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"--dtype=bfloat16: {torch.cuda.get_device_name(device)} has no bfloat16; "
+                         f"use --dtype=float16 or float32")
+    if dtype == "float16" and kind == "cpu":
+        raise ValueError("--dtype=float16 needs a GPU (CPU autocast supports bfloat16); "
+                         "use float32 or bfloat16")
+    autocast = (nullcontext() if dtype == "float32"
+                else torch.autocast(kind, dtype=getattr(torch, dtype)))
+    return device, dtype, autocast
+
+
+def run_main(main):
+    """A script's `__main__`: main(argv), its int result the exit status (anything else: 0). A
+    user's mistake (a ValueError, a missing file, a full disk) is one line on stderr, exit 1;
+    Ctrl-C exits 130; a reader that leaves early (`python train.py --help | head`) ends it quietly."""
+    try:
+        status = main(sys.argv[1:])
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        sys.exit(1)
+    except OSError as e:  # a full disk's message says what was kept
+        sys.exit(f"error: {e.strerror if e.errno in (errno.ENOSPC, errno.EDQUOT) else e}")
+    sys.exit(status if isinstance(status, int) else 0)

@@ -250,20 +250,12 @@ class GPT(nn.Module):
         return n - self.transformer.wpe.weight.numel() if non_embedding else n
 
     @classmethod
-    def from_checkpoint(cls, path_or_checkpoint, device="cpu"):
-        """A trained model in eval mode, from train.py's ckpt.pt (a path, or the loaded dict).
-        model.tokenizer_name is the tokenizer its data was prepared with (shards.get_tokenizer):
-
-            model = GPT.from_checkpoint("out/ckpt.pt")
-            logits, _ = model(torch.tensor([[72, 101]]))
+    def from_checkpoint(cls, ckpt, device="cpu"):
+        """A trained model in eval mode from train.py's checkpoint dict (reading the file is
+        shards.load_checkpoint's job):  GPT.from_checkpoint(shards.load_checkpoint("out/ckpt.pt"))
         """
-        ckpt = path_or_checkpoint
-        if isinstance(ckpt, str):  # reading the file is runtime.py's job (like nanoGPT's
-            from runtime import load_checkpoint  # from_pretrained, the import waits for the call)
-            ckpt = load_checkpoint(ckpt, map_location=device)
         model = cls(GPTConfig(**ckpt["model_args"]))
         model.load_state_dict(ckpt["model"])
-        model.tokenizer_name = (ckpt.get("tokenizer") or {}).get("tokenizer")
         return model.to(device).eval()
 
     def forward(self, idx, targets=None, all_logits=False, kv_cache=None):

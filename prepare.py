@@ -42,9 +42,9 @@ from collections import deque
 
 import numpy as np
 
-from configurator import TRAIN_SETTINGS, ConfigError, given_keys, parse_args
+from configurator import ConfigError, given_keys, parse_args, run_main
 from corpora import open_source
-from shards import (DATA_ROOT, DATASETS, DataError, OlderDataset, get_tokenizer, hold_lock,
+from shards import (DATA_ROOT, DATASETS, DEFAULT_DATASET, DataError, OlderDataset, get_tokenizer, hold_lock,
                     load_meta, shard_dtype, write_shard)
 
 BATCH_CHARS = 1 << 18     # text handed to a tokenizer worker at a time
@@ -412,7 +412,7 @@ def train_command(out_root, name):
     """The command that trains on out_root/name (train.py takes a name under data/, or a path)."""
     in_data = os.path.normpath(out_root) == DATA_ROOT
     dataset = name if in_data else os.path.join(out_root or ".", name)
-    if dataset == TRAIN_SETTINGS["dataset"][0]:
+    if dataset == DEFAULT_DATASET:
         return "python train.py"
     return f"python train.py --dataset={shlex.quote(dataset)}"
 
@@ -426,7 +426,11 @@ def main(argv):
                               f"(for your text: --input={arg})")
     if "val_fraction" in given_keys(settings) and cfg["val_tokens"] is None:
         cfg["val_tokens"] = 0  # an explicit --val_fraction wins over fineweb_edu's fixed val size
-    out_dir = prepare(**cfg | {"input": cfg["input"] or None, "name": cfg["name"] or None})
+    try:
+        out_dir = prepare(**cfg | {"input": cfg["input"] or None, "name": cfg["name"] or None})
+    except KeyboardInterrupt:  # the dataset holds a complete set still (or none, as before)
+        print("interrupted: nothing half-written is in use; run it again", file=sys.stderr)
+        return 130
     meta = load_meta(out_dir)
     print(f"wrote {out_dir}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens, "
           f"{len(meta['shards'])} shards, {meta['tokenizer']} (vocab {meta['vocab_size']}), "
@@ -436,10 +440,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except (ValueError, OSError) as e:  # ConfigError, DataError, a full disk: one line
-        sys.exit(f"error: {e}")
-    except KeyboardInterrupt:  # the dataset holds a complete set still (or none, as before)
-        print("interrupted: nothing half-written is in use; run it again", file=sys.stderr)
-        sys.exit(130)
+    run_main(main)

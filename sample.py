@@ -19,9 +19,8 @@ import time
 import torch
 
 import shards
-from configurator import ConfigError, parse_args, plural
+from configurator import ConfigError, parse_args, plural, run_main, setup_device
 from model import GPT, kv_cache_bytes
-from runtime import load_checkpoint, setup_device
 
 SETTINGS = dict(
     out_dir=("out", "read out_dir/ckpt.pt"),
@@ -56,7 +55,7 @@ def read_prompt(start):
 
 def load_model(out_dir, device):
     """(model in eval mode, tokenizer, the checkpoint's record of its data) from out_dir/ckpt.pt."""
-    ckpt = load_checkpoint(os.path.join(out_dir, "ckpt.pt"), map_location=device)
+    ckpt = shards.load_checkpoint(os.path.join(out_dir, "ckpt.pt"), map_location=device)
     if "tokenizer" not in ckpt:
         raise ValueError(f"{out_dir}/ckpt.pt records no tokenizer: "
                          "re-train it with this version of train.py")
@@ -212,12 +211,4 @@ def main(argv, out=None, err=None):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (ValueError, FileNotFoundError) as e:  # user mistakes: one line, no traceback
-        sys.exit(f"error: {e}")
-    except KeyboardInterrupt:  # Ctrl-C mid-sample: stop quietly
-        sys.exit(130)
-    except BrokenPipeError:  # `python sample.py | head`: the reader left; say nothing more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
+    run_main(main)

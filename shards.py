@@ -12,7 +12,12 @@ A shard is in llm.c's layout: a header of 256 little-endian int32 ([0] = magic 2
 (version 2, for vocabularies over 65,536). prepare.py writes datasets; train.py, sample.py,
 compare.py and bench.py read them through this module. hold_lock keeps a second prepare.py out
 of a dataset (and a second train.py out of an out_dir).
+
+Also here: atomic_write (every file the project writes is written whole or not at all) and
+load_checkpoint, the reader of train.py's ckpt.pt (sample.py and compare.py read it too).
 """
+import contextlib
+import errno
 import glob
 import hashlib
 import json
@@ -25,6 +30,8 @@ import numpy as np
 from filelock import FileLock, Timeout
 
 DATA_ROOT = "data"
+DEFAULT_DATASET = "shakespeare_byte"  # train.py's default: what `python prepare.py` writes
+CHECKPOINT_FORMAT = "value-residual-gpt/2"  # train.py writes it; load_checkpoint checks it
 DATASETS = ("shakespeare", "tinyshakespeare", "fineweb_edu")  # the built-in sources of prepare.py
 MAGIC = 20240520          # llm.c's shard magic number
 HEADER_INTS = 256         # header: 256 int32 = 1024 bytes; [0]=magic [1]=version [2]=token count
@@ -139,18 +146,9 @@ def write_shard(path, tokens, vocab_size):
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[:3] = MAGIC, 1 if dtype == VERSIONS[1] else 2, len(tokens)
     body = np.ascontiguousarray(tokens, dtype=dtype)
-    tmp = path + ".tmp"  # not *.bin, so list_shards never sees a half-written shard
-    try:
-        with open(tmp, "wb") as f:
-            f.write(header.tobytes())
-            f.write(memoryview(body))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with atomic_write(path, fsync=True) as f:  # *.bin.tmp: list_shards never sees half a shard
+        f.write(header.tobytes())
+        f.write(memoryview(body))
     return hashlib.sha256(header.tobytes() + body.tobytes()).hexdigest()
 
 
@@ -322,6 +320,64 @@ def describe(data):
         return f"shards {data['sha256'][:12]}"
     return (f"generation {data['generation']}: {data['train_tokens']:,} train + "
             f"{data['val_tokens']:,} val tokens")
+
+
+# -----------------------------------------------------------------------------
+# writing any file whole, and reading a checkpoint
+
+class DiskFull(OSError):
+    """The disk filled up under a write: the scripts print it as one line."""
+
+
+def disk_full(error):
+    """Whether error, or one it arose from, is the OS saying the disk (or quota) is full."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+@contextlib.contextmanager
+def atomic_write(path, mode="wb", fsync=False):
+    """with atomic_write(path) as f: write to path.tmp, then rename it over path, so a reader (or
+    a crash) sees the old file or the new one, never half of one; any failure removes path.tmp,
+    and a full disk is DiskFull."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, mode) as f:
+            yield f
+            if fsync:  # on disk before it takes the name (shards, meta.json)
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        if disk_full(e):
+            raise DiskFull(errno.ENOSPC, f"no space left on device while writing {path}") from None
+        raise
+
+
+def load_checkpoint(path, map_location="cpu"):
+    """train.py's checkpoint dict (weights without torch.compile's prefix), or a one-line error."""
+    import torch  # here: prepare.py uses this module without torch
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no checkpoint at {path}: train one first, "
+                                f"e.g. python train.py --out_dir={os.path.dirname(path) or '.'}")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:
+        raise ValueError(f"{path} is not a readable torch checkpoint "
+                         f"({type(e).__name__})") from None
+    if isinstance(ckpt, dict) and str(ckpt.get("format")).startswith("value-residual-gpt/") \
+            and ckpt["format"] != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} was written by an older version of train.py: retrain it")
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a checkpoint of this project "
+                         f"(expected format {CHECKPOINT_FORMAT})")
+    ckpt["model"] = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
+    return ckpt
 
 
 # -----------------------------------------------------------------------------

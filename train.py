@@ -4,36 +4,80 @@ Train a GPT in any value mode on token shards, on one GPU, a laptop CPU, or seve
     python train.py                                   # the CPU quickstart (prepares data if needed)
     python train.py --value_mode=vanilla              # any setting: --key=value (--help lists them)
     python train.py config/gpt2_124m.py               # a preset, then overrides
-    python train.py --resume --max_iters=8000         # continue out_dir/ckpt.pt exactly,
-                                                      # then further
+    python train.py --resume --max_iters=8000         # continue out_dir/ckpt.pt exactly, further
     torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m.py   # 8 GPUs, same step
 
-gradient_accumulation_steps, when given, counts micro-steps over all ranks (nanoGPT's meaning):
-under torchrun each rank runs its share, so a step has the same tokens on 1 GPU or 8 (the count
-must divide). Left at 0, each rank runs one micro-step, on any number of ranks.
-
-Every log line also goes to out_dir/log.jsonl; checkpoints are written atomically to
-out_dir/ckpt.pt.
-The settings and their defaults live in configurator.py (TRAIN_SETTINGS); the checkpoint and
---resume's rules in resume.py; the log lines and Ctrl-C in trainlog.py.
+Read it top to bottom: the settings, the schedule, the data, the checkpoint and its resume rules,
+the log, then train(): set-up and the loop with the step inline. Every log line also goes to
+out_dir/log.jsonl; checkpoints are written atomically to out_dir/ckpt.pt with every rank's data
+position and RNG states, so --resume continues exactly where the run stopped.
 """
+import dataclasses
+import json
 import math
 import os
-import sys
+import signal
+import time
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import shards
-from configurator import (ACTIONS, TRAIN_SETTINGS, ConfigError, defaults_of, given_keys,
-                          parse_args, plural)
+from configurator import (ConfigError, defaults_of, device_type, given_keys, parse_args, plural,
+                          run_main, setup_device)
 from model import GPT, GPTConfig
-from resume import Checkpoint, check_resume_data, resolve_resume, restore_rank_state
-from runtime import DiskFull, setup_device
-from trainlog import CtrlC, Report
 
-DEFAULTS = defaults_of(TRAIN_SETTINGS)
+# The settings, name=(default, meaning). The defaults are the CPU quickstart (config/quickstart.py
+# spells them out): a small byte-level ResFormer on Shakespeare's plays, ~5 minutes on 2 cores.
+SETTINGS = dict(
+    # I/O
+    out_dir=("out", "directory for ckpt.pt and log.jsonl"),
+    eval_interval=(500, "evaluate (and checkpoint) every this many steps"),
+    log_interval=(100, "print and log the training loss every this many steps"),
+    eval_iters=(20, "batches per loss estimate during training"),
+    resume=(False, "continue out_dir/ckpt.pt: its settings, changed only where given"),
+    overwrite=(False, "start afresh even if out_dir already holds a checkpoint"),
+    new_data=(False, "with --resume: go on although the dataset changed since the checkpoint"),
+    seed=(1337, "seed of the initial weights and the order of the training batches"),
+    # data
+    dataset=(shards.DEFAULT_DATASET, "data/<dataset>/ from prepare.py, or a path to such a folder"),
+    batch_size=(12, "sequences per micro-step"),
+    block_size=(64, "tokens per sequence (the model's context length)"),
+    gradient_accumulation_steps=(0, "micro-steps per optimizer step, in all, divided over "
+                                    "torchrun's ranks (0 = one per rank)"),
+    # model (see GPTConfig in model.py)
+    n_layer=(4, "transformer blocks"),
+    n_head=(4, "attention heads"),
+    n_kv_head=(0, "key/value heads for grouped-query attention (0 = n_head)"),
+    n_embd=(128, "model width"),
+    dropout=(0.0, "dropout rate"),
+    bias=(False, "biases in Linear and LayerNorm layers"),
+    value_mode=("resformer", "vanilla | resformer (value residual) | svformer (single shared value)"),
+    lambda_1=(0.5, "resformer: weight of layer 1's value V_1 in every later layer's value"),
+    lambda_2=(0.5, "resformer: weight of the layer's own value V_n (the paper's sweep: 1)"),
+    learnable_lambda=(False, "resformer: learn (lambda_1, lambda_2) per layer, from the values above"),
+    lambda_lr_scale=(1.0, "learned lambdas: their learning rate as a multiple of the weights'"),
+    # AdamW and the schedule: linear warmup, cosine decay to min_lr at lr_decay_iters
+    learning_rate=(3e-3, "peak learning rate"),
+    max_iters=(6000, "optimizer steps in all"),
+    weight_decay=(0.1, "AdamW weight decay (2-D weights only)"),
+    beta1=(0.9, "AdamW beta1"),
+    beta2=(0.95, "AdamW beta2"),
+    grad_clip=(1.0, "clip the gradient norm to this (0 = off)"),
+    warmup_iters=(100, "linear warmup steps (clipped to the run)"),
+    lr_decay_iters=(0, "step where the cosine reaches min_lr (0 = max_iters)"),
+    min_lr=(3e-4, "final learning rate"),
+    # system
+    device=("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps"),
+    dtype=("auto", "auto (bfloat16 on capable GPUs, else float32), float32, bfloat16, float16"),
+    compile=(False, "torch.compile the model (GPU; slow to start)"),
+)
+DEFAULTS = defaults_of(SETTINGS)
+# what a command does, not what a run is: never restored from a checkpoint, never compared
+ACTIONS = ("resume", "overwrite", "new_data")
+# the settings that shape the weights: a resumed run cannot change them (dropout it can)
+MODEL_KEYS = {f.name for f in dataclasses.fields(GPTConfig)} - {"dropout", "vocab_size"}
 USAGE = "usage: python train.py [config/preset.py ...] [--key=value ...]"
 # how a run ended, for the shell and for compare.py (a diverged run is a result there, not a crash)
 EXIT_CODES = {"done": 0, "interrupted": 130, "diverged": 3}
@@ -45,52 +89,58 @@ def check_settings(cfg):
                 "n_layer", "n_head", "n_embd"):
         if cfg[key] < 1:
             raise ConfigError(f"--{key}={cfg[key]}: must be at least 1")
-    for key in ("max_iters", "warmup_iters", "lr_decay_iters", "gradient_accumulation_steps"):
+    for key in ("max_iters", "warmup_iters", "lr_decay_iters", "gradient_accumulation_steps",
+                "lambda_lr_scale"):
         if cfg[key] < 0:
             raise ConfigError(f"--{key}={cfg[key]}: must be 0 or more")
     if not 0 <= cfg["min_lr"] <= cfg["learning_rate"]:
         raise ConfigError(f"--min_lr={cfg['min_lr']}: must be between 0 and "
                           f"learning_rate ({cfg['learning_rate']})")
+    if os.path.exists(cfg["out_dir"]) and not os.path.isdir(cfg["out_dir"]):
+        raise ConfigError(f"--out_dir={cfg['out_dir']} is a file: name a folder")
     GPTConfig.from_dict(cfg)  # a bad model setting fails now, before any data is touched
 
 
+# -----------------------------------------------------------------------------
+# the learning-rate schedule
+
+def decay_end(cfg):
+    """The step where the cosine reaches min_lr: lr_decay_iters, 0 meaning max_iters."""
+    return cfg["lr_decay_iters"] or cfg["max_iters"]
+
+
 def warmup_steps(cfg):
-    """warmup_iters, unless it would fill the whole schedule: then a tenth of it
-    (a short run still decays)."""
-    decay_end = cfg["lr_decay_iters"] or cfg["max_iters"]
-    return cfg["warmup_iters"] if cfg["warmup_iters"] < decay_end else decay_end // 10
-
-
-def in_effect(cfg, device, dtype):
-    """The settings as the run uses them: derived values filled in (warmup clipped, the decay's
-    end, auto device and dtype, key/value heads), the actions (resume, overwrite) left out."""
-    return {**{k: v for k, v in cfg.items() if k not in ACTIONS},
-            "warmup_iters": warmup_steps(cfg),
-            "lr_decay_iters": cfg["lr_decay_iters"] or cfg["max_iters"],
-            "n_kv_head": cfg["n_kv_head"] or cfg["n_head"], "device": device, "dtype": dtype}
+    """warmup_iters, unless it would fill the whole schedule: then a tenth of it (a short run
+    still decays)."""
+    return cfg["warmup_iters"] if cfg["warmup_iters"] < decay_end(cfg) else decay_end(cfg) // 10
 
 
 def get_lr(it, cfg):
-    """Linear warmup, then cosine decay from learning_rate to min_lr at lr_decay_iters
-    (0 = max_iters)."""
-    decay_end = cfg["lr_decay_iters"] or cfg["max_iters"]
-    warmup = warmup_steps(cfg)
+    """Linear warmup, then cosine decay from learning_rate to min_lr at decay_end."""
+    warmup, end = warmup_steps(cfg), decay_end(cfg)
     if it < warmup:
         return cfg["learning_rate"] * (it + 1) / (warmup + 1)
-    if it >= decay_end:
+    if it >= end:
         return cfg["min_lr"]
-    progress = (it - warmup) / (decay_end - warmup)
+    progress = (it - warmup) / (end - warmup)
     return cfg["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * progress)) * (
         cfg["learning_rate"] - cfg["min_lr"])
 
 
-class Batches:
-    """(x, y) batches from memmapped shards, with a state() that checkpoints can hold.
+def in_effect(cfg, device, dtype):
+    """The settings as the run uses them (derived values filled in, the actions left out)."""
+    return {**{k: v for k, v in cfg.items() if k not in ACTIONS},
+            "warmup_iters": warmup_steps(cfg), "lr_decay_iters": decay_end(cfg),
+            "n_kv_head": cfg["n_kv_head"] or cfg["n_head"], "device": device, "dtype": dtype}
 
-    One shard (small data): random windows from a seeded generator. Several shards (FineWeb):
+
+# -----------------------------------------------------------------------------
+# the data: (x, y) batches from memmapped shards
+
+class Batches:
+    """One shard (small data): random windows from a seeded generator. Several shards (FineWeb):
     each rank reads the token stream in order, rank r taking every world-th chunk; shards too
-    short for a whole step of every rank are skipped.
-    """
+    short for a whole step of every rank are skipped. state() is what a checkpoint holds."""
 
     def __init__(self, token_shards, batch_size, block_size, seed, rank=0, world=1,
                  sequential=None, split="train split"):
@@ -117,8 +167,7 @@ class Batches:
     def next(self):
         B, T = self.B, self.T
         if self.sequential:
-            # the next usable shard, wrapping around
-            if self.pos + B * T + 1 > len(self.shards[self.shard]):
+            if self.pos + B * T + 1 > len(self.shards[self.shard]):  # the next usable shard
                 self.shard = self.usable[(self.usable.index(self.shard) + 1) % len(self.usable)]
                 self.pos = self.rank * B * T
             chunk = torch.from_numpy(
@@ -140,60 +189,164 @@ class Batches:
             self.shard, self.pos = self.usable[0], self.rank * self.B * self.T
 
 
-def changed_in_effect(ckpt, cfg, settings, changes, iter_num):
-    """What a resume changes beyond the settings given: derived values (the decay's end that
-    follows max_iters, a clipped warmup, an auto device) and the learning rate where it resumes."""
-    saved = {**DEFAULTS, **ckpt["config"]}
-    # checkpoints of older versions record only the settings: derive theirs the same way
-    before = ckpt.get("settings_in_effect") or in_effect(saved, settings["device"],
-                                                         settings["dtype"])
-    lines = [f"resume: {k} in effect: {before[k]!r} -> {v!r}" for k, v in settings.items()
-             if k in before and before[k] != v and changes.get(k) != (before[k], v)]
-    old_lr, new_lr = get_lr(iter_num, saved), get_lr(iter_num, cfg)
-    if not math.isclose(old_lr, new_lr, rel_tol=1e-9):
-        lines.append(f"resume: learning rate at step {iter_num}: {old_lr:.2e} -> {new_lr:.2e} "
-                     f"(the schedule changed)")
-    return lines
-
-
 def open_data(dataset, master, ddp):
-    """(directory, meta, train shards, val shards) of --dataset; the default one is prepared on
+    """(folder, meta, train shards, val shards) of --dataset; the default one is prepared on
     first use (by rank 0, the others wait)."""
     data_dir = shards.dataset_dir(dataset)
-    if dataset == DEFAULTS["dataset"] and master:
+    if dataset == shards.DEFAULT_DATASET and master:
         shards.prepare_default(data_dir)
     if ddp:
         dist.barrier()
     meta = shards.load_meta(data_dir)
-    train_shards, val_shards = ([shards.read_shard(p, meta["vocab_size"])
-                                 for p in shards.list_shards(data_dir, split)]
-                                for split in ("train", "val"))
-    return data_dir, meta, train_shards, val_shards
+    return (data_dir, meta, *([shards.read_shard(p, meta["vocab_size"])
+                               for p in shards.list_shards(data_dir, split)]
+                              for split in ("train", "val")))
 
 
-def build(cfg, vocab_size, device, ckpt):
-    """Model (on device) and AdamW, fresh or from the checkpoint."""
-    model_args = dict(GPTConfig.from_dict({**cfg, "vocab_size": vocab_size}).__dict__)
-    model = GPT(GPTConfig(**model_args))
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-    model.to(device)
-    device_type = device.split(":")[0]
-    optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"],
-                                           (cfg["beta1"], cfg["beta2"]), device_type,
-                                           cfg["lambda_lr_scale"])
-    if ckpt is not None:
-        optimizer.load_state_dict(ckpt["optimizer"])
-    return model, optimizer, model_args
+# -----------------------------------------------------------------------------
+# the checkpoint: what --resume takes from it, and writing it
 
+def resolve_resume(cfg, given, ckpt):
+    """--resume: the checkpoint's settings, changed only where given (each change announced);
+    returns (settings, changes). given: the keys the command line or a preset set (None: all)."""
+    saved = {**DEFAULTS, **ckpt["config"], **{k: cfg[k] for k in ACTIONS}}
+    given = set(cfg) if given is None else set(given)
+    changes = {k: (saved[k], cfg[k]) for k in given - set(ACTIONS) if saved[k] != cfg[k]}
+    shape = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}"
+                      for k, (a, b) in changes.items() if k in MODEL_KEYS)
+    if shape:
+        raise ConfigError(f"cannot resume {cfg['out_dir']}/ckpt.pt: the model differs ({shape}); "
+                          f"a run keeps its model shape: drop those settings, or start a new run "
+                          f"with another --out_dir")
+    return {**saved, **{k: b for k, (_, b) in changes.items()}}, changes
+
+
+def resume_notes(ckpt, cfg, changes, settings, data, iter_num):
+    """The lines a resume prints beyond the settings given: a changed dataset (refused unless
+    asked for), derived values that change with them, the learning rate where it resumes."""
+    then, path, notes = ckpt["data"], f"{cfg['out_dir']}/ckpt.pt", []
+    if then["sha256"] != data["sha256"]:
+        if then["tokenizer"] != data["tokenizer"]:
+            raise ConfigError(f"cannot resume {path}: its model reads {then['tokenizer']} "
+                              f"tokens, {data['dir']} holds {data['tokenizer']} tokens: resume "
+                              f"on data prepared with --tokenizer={then['tokenizer']}")
+        if not cfg["new_data"] and "dataset" not in changes:
+            raise ConfigError(f"cannot resume {path}: it trained on {then['dir']} "
+                              f"({shards.describe(then)}), but {data['dir']} now holds other "
+                              f"data ({shards.describe(data)}): prepare the original data "
+                              f"again, or go on with this data with --new_data")
+        notes.append(f"resume: the data changed: {then['dir']} ({shards.describe(then)}) -> "
+                     f"{data['dir']} ({shards.describe(data)})")
+    before = ckpt["settings_in_effect"]
+    notes += [f"resume: {k} in effect: {before[k]!r} -> {v!r}" for k, v in settings.items()
+              if k in before and before[k] != v and changes.get(k) != (before[k], v)]
+    old_lr, new_lr = get_lr(iter_num, {**DEFAULTS, **ckpt["config"]}), get_lr(iter_num, cfg)
+    if not math.isclose(old_lr, new_lr, rel_tol=1e-9):
+        notes.append(f"resume: learning rate at step {iter_num}: {old_lr:.2e} -> {new_lr:.2e} "
+                     f"(the schedule changed)")
+    return notes
+
+
+def save_checkpoint(path, record, iter_num, best_val_loss, model, optimizer, batches, world):
+    """Every rank calls it at a step boundary (their data positions and RNGs are gathered);
+    rank 0 writes it atomically with all an exact resume needs."""
+    mine = {"data": batches.state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None}
+    states = [None] * world
+    if world > 1:
+        dist.all_gather_object(states, mine)
+    else:
+        states[0] = mine
+    if batches.rank == 0:
+        with shards.atomic_write(path) as f:  # torch.save to a file: a full disk is an OSError
+            torch.save({**record, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "iter_num": iter_num, "best_val_loss": best_val_loss,
+                        "rank_states": states}, f)
+
+
+def restore_rank_state(ckpt, path, batches, world):
+    """This rank's data position and RNGs, from a checkpoint written by as many ranks."""
+    if len(ckpt["rank_states"]) != world:
+        raise ConfigError(f"{path} was written by {len(ckpt['rank_states'])} process(es); "
+                          f"resume it with the same number (torchrun --nproc_per_node)")
+    state = ckpt["rank_states"][batches.rank]
+    batches.load_state(state["data"])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+# -----------------------------------------------------------------------------
+# what a run says: lines on stdout, the same records in out_dir/log.jsonl (rank 0)
+
+class Log:
+    def __init__(self, out_dir, master, fresh):
+        self.path, self.master = os.path.join(out_dir, "log.jsonl"), master
+        if master and fresh and os.path.exists(self.path):
+            os.remove(self.path)  # a fresh run starts a fresh log
+
+    def __call__(self, record=None, line=None):
+        if not self.master:
+            return
+        if line is not None:
+            print(line, flush=True)
+        if record is not None:
+            with open(self.path, "a") as f:  # a full disk is an OSError: train() says what is kept
+                f.write(json.dumps(record) + "\n")
+
+
+# Dense bf16 peak FLOP/s per GPU for MFU, longest name first ("H100 NVL" before "H100"); an unknown
+# GPU gets no MFU rather than a wrong one. Hopper SXM: 989.4 TFLOP/s (NVIDIA's datasheets give
+# twice that, with sparsity); NVL 835 per GPU, PCIe 756.
+GPU_PEAK_BF16_FLOPS = {
+    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12,
+    "H100": 989.4e12, "H200": 989.4e12, "GH200": 989.4e12,
+    "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
+    "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
+
+
+def gpu_peak_flops(device_name):
+    """Peak bf16 FLOP/s for a name like 'NVIDIA H200', or None when unknown."""
+    return next((GPU_PEAK_BF16_FLOPS[n] for n in sorted(GPU_PEAK_BF16_FLOPS, key=len, reverse=True)
+                 if n in device_name), None)
+
+
+class CtrlC:
+    """Ctrl-C sets a flag; the loop stops at the next step boundary (all ranks at the same one)
+    and saves there. A second Ctrl-C stops at once, keeping the last checkpoint. (Under torchrun a
+    rank gets one Ctrl-C twice, from the terminal and from torchrun: within a second, it is one.)"""
+
+    def __init__(self, log):
+        self.log, self.requested, self.at = log, False, 0.0
+        self.previous = signal.signal(signal.SIGINT, self.on_sigint)
+
+    def on_sigint(self, signum, frame):
+        if self.requested and time.time() - self.at >= 1.0:
+            raise KeyboardInterrupt
+        if not self.requested:
+            self.requested, self.at = True, time.time()
+            self.log(line="\nCtrl-C: stopping after this step (Ctrl-C again to stop at once)")
+
+    def agreed(self, device, ddp):
+        """Under DDP all ranks must stop at one step: they compare flags (a sync point, so only
+        every log_interval steps)."""
+        if not ddp:
+            return self.requested
+        flag = torch.tensor(float(self.requested), device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return flag.item() > 0
+
+
+# -----------------------------------------------------------------------------
+# training
 
 def train(cfg, given=None):
-    """Run one training job; returns a summary dict with the trained model (tests use it).
+    """One training job; returns a summary dict with the trained model (tests use it).
     given: the settings named on the command line (what --resume changes); None = all of cfg."""
     check_settings(cfg)
     ddp = int(os.environ.get("RANK", -1)) != -1  # launched by torchrun?
     rank, world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if ddp else (0, 1)
-    device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])  # a bad one fails now
+    setup_device(cfg["device"], cfg["dtype"])  # a bad one fails now
     os.makedirs(cfg["out_dir"], exist_ok=True)
     lock = None
     if rank == 0:  # one training run per out_dir (the OS drops the lock if this one dies)
@@ -201,30 +354,24 @@ def train(cfg, given=None):
             f"{cfg['out_dir']} is in use by another training run: wait for it, stop it, "
             f"or use another --out_dir"))
     try:
-        ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
-        ckpt, changes = None, {}
+        ckpt_path, ckpt, changes = os.path.join(cfg["out_dir"], "ckpt.pt"), None, {}
         if cfg["resume"]:
-            cfg, ckpt, changes = resolve_resume(cfg, given, ckpt_path)
+            ckpt = shards.load_checkpoint(ckpt_path)
+            cfg, changes = resolve_resume(cfg, given, ckpt)
             check_settings(cfg)
-            # the run's own device and dtype (a bfloat16 run goes on in bfloat16)
-            device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
         elif os.path.exists(ckpt_path) and not cfg["overwrite"]:
-            raise ConfigError(f"{cfg['out_dir']} already holds a checkpoint: "
-                              f"continue it with --resume, "
-                              f"or train into another --out_dir (--overwrite replaces it)")
+            raise ConfigError(f"{cfg['out_dir']} already holds a checkpoint: continue it with "
+                              f"--resume, or train into another --out_dir (--overwrite replaces it)")
         if cfg["gradient_accumulation_steps"] % world:  # 0 (one per rank) always divides
-            raise ConfigError(f"--gradient_accumulation_steps="
-                              f"{cfg['gradient_accumulation_steps']} is the total "
-                              f"over all ranks and must divide by the {world} ranks "
+            raise ConfigError(f"--gradient_accumulation_steps={cfg['gradient_accumulation_steps']}"
+                              f" is the total over all ranks and must divide by the {world} ranks "
                               f"(0: one micro-step per rank)")
+        device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])  # the run's own
         if ddp:
             dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
             if device.startswith("cuda"):
                 device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
                 torch.cuda.set_device(device)
-        log_path = os.path.join(cfg["out_dir"], "log.jsonl")
-        if rank == 0 and not cfg["resume"] and os.path.exists(log_path):
-            os.remove(log_path)  # a fresh run starts a fresh log
         return run(cfg, ckpt, changes, device, dtype, autocast, rank, world)
     finally:
         if lock:
@@ -235,55 +382,78 @@ def train(cfg, given=None):
 
 def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     """The training loop proper, for train(): data, model, steps, evaluations, checkpoints."""
-    ddp, master = world > 1, rank == 0
-    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
-    # each rank's share of the step's micro-batches (0: one each, however many ranks)
-    accumulation = cfg["gradient_accumulation_steps"] // world or 1
-    device_type = device.split(":")[0]
+    ddp, master, ckpt_path = world > 1, rank == 0, os.path.join(cfg["out_dir"], "ckpt.pt")
+    accumulation = cfg["gradient_accumulation_steps"] // world or 1  # this rank's micro-steps
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    log = Log(cfg["out_dir"], master, fresh=not cfg["resume"])
 
-    # ---- data ----
+    # ---- data; loss estimates use the same fixed windows every time, so curves compare ----
     data_dir, meta, train_shards, val_shards = open_data(cfg["dataset"], master, ddp)
     data = shards.data_identity(data_dir, meta)
-    data_note = check_resume_data(ckpt_path, ckpt, data, cfg, changes) if ckpt else None
     batches = Batches(train_shards, cfg["batch_size"], cfg["block_size"], cfg["seed"], rank, world,
                       split=f"train split of {data_dir}")
-    # Loss estimates use the same fixed windows every time, so curves compare across steps
-    # and modes.
     eval_batches = {split: Batches(s, cfg["batch_size"], cfg["block_size"], seed=1234,
                                    sequential=False, split=f"{split} split of {data_dir}")
                     for split, s in (("train", train_shards), ("val", val_shards))}
 
-    # ---- model and optimizer, fresh or from the checkpoint ----
+    # ---- model and AdamW, fresh or from the checkpoint ----
     torch.manual_seed(cfg["seed"])  # the same initial weights on every rank
     vocab_size = -(-meta["vocab_size"] // 64) * 64  # round up to a multiple of 64: faster matmuls
-    raw_model, optimizer, model_args = build(cfg, vocab_size, device, ckpt)
-    torch.manual_seed(cfg["seed"] + rank)  # then each rank its own dropout stream
-    iter_num, best_val_loss = 0, float("inf")
-    settings, effects = in_effect(cfg, device, dtype), []
+    model_args = dict(GPTConfig.from_dict({**cfg, "vocab_size": vocab_size}).__dict__)
+    raw_model = GPT(GPTConfig(**model_args))
     if ckpt is not None:
-        restore_rank_state(ckpt, ckpt_path, batches, rank, world, device_type)
-        iter_num, best_val_loss = ckpt["iter_num"], ckpt["best_val_loss"]
-        effects = changed_in_effect(ckpt, cfg, settings, changes, iter_num)
+        raw_model.load_state_dict(ckpt["model"])
+    raw_model.to(device)  # before AdamW: its state lives where the weights do
+    optimizer = raw_model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"],
+                                               (cfg["beta1"], cfg["beta2"]), device_type(device),
+                                               cfg["lambda_lr_scale"])
+    iter_num, best_val_loss, saved_iter = 0, float("inf"), None
+    settings, notes = in_effect(cfg, device, dtype), []
+    torch.manual_seed(cfg["seed"] + rank)  # then each rank its own dropout stream
+    if ckpt is not None:
+        notes = resume_notes(ckpt, cfg, changes, settings, data, ckpt["iter_num"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        restore_rank_state(ckpt, ckpt_path, batches, world)
+        iter_num = saved_iter = ckpt["iter_num"]
+        best_val_loss = ckpt["best_val_loss"]
     start_iter, ckpt = iter_num, None  # free the checkpoint's memory
-    done_before = cfg["resume"] and iter_num >= cfg["max_iters"]  # a finished run resumed
-    scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
+    scaler = torch.amp.GradScaler(device_type(device), enabled=dtype == "float16")
     model = torch.compile(raw_model) if cfg["compile"] else raw_model
     if ddp:
-        model = DDP(model,
-                    device_ids=[int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None)
+        model = DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if device.startswith("cuda")
+                    else None)
+    # what every checkpoint of this run holds besides the weights and the step
+    record = {"format": shards.CHECKPOINT_FORMAT, "model_args": model_args,
+              "config": {k: v for k, v in cfg.items() if k not in ACTIONS},
+              "settings_in_effect": settings, "data": data,
+              "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")}}
 
-    # what the run writes: checkpoints (what stays the same all run given here), lines and log.jsonl
-    checkpoint = Checkpoint(ckpt_path, iter_num if cfg["resume"] else None, device_type, {
-        "model_args": model_args, "config": {k: v for k, v in cfg.items() if k not in ACTIONS},
-        "settings_in_effect": settings, "data": data,
-        "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")}})
+    # ---- what the run is ----
     tokens_per_step = cfg["batch_size"] * cfg["block_size"] * accumulation * world
-    report = Report(cfg, raw_model, checkpoint, tokens_per_step, device, rank, world, start_iter)
-    report.start(changes, effects, data_note, settings, data_dir, accumulation, done_before)
+    done_before = cfg["resume"] and iter_num >= cfg["max_iters"]  # a finished run, resumed
+    for line in [f"resume: {k}: {a!r} -> {b!r}" for k, (a, b) in changes.items()] + notes:
+        log(line=line)
+    if cfg["resume"]:
+        log(line=f"resuming {ckpt_path} at step {iter_num}")
+    if done_before:
+        log(line=f"{ckpt_path} is already at step {iter_num} of max_iters {cfg['max_iters']}: "
+                 f"nothing to train; to go further, --resume with a larger --max_iters")
+    if settings["warmup_iters"] != cfg["warmup_iters"]:
+        log(line=f"note: warmup_iters {cfg['warmup_iters']} would fill the whole schedule: "
+                 f"warming up for {plural(settings['warmup_iters'], 'step')}")
+    log(line="settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
+    log({"kind": "config", "iter": iter_num, "settings": settings,
+         "changes": {k: list(v) for k, v in changes.items()}, "changes_in_effect": notes,
+         "num_params": raw_model.num_params(), "device": device, "dtype": dtype, "world": world,
+         "tokens_per_step": tokens_per_step},
+        f"{cfg['value_mode']}: {raw_model.num_params() / 1e6:.2f}M parameters, {device} {dtype}, "
+        f"{tokens_per_step:,} tokens/step ({cfg['batch_size']} x {cfg['block_size']} x "
+        f"{plural(accumulation, 'micro-step')} x {plural(world, 'rank')}), "
+        f"{plural(cfg['max_iters'], 'step')}, data {data_dir}")
+    peak = gpu_peak_flops(torch.cuda.get_device_name(device)) if device.startswith("cuda") else None
 
-    evals, status, val_loss = [], "done", float("nan")
-    ctrl_c = CtrlC(master)
+    evals, speeds, status, val_loss = [], [], "done", float("nan")
+    ctrl_c, t_run, t0, last_iter = CtrlC(log), time.time(), time.time(), iter_num
     try:
         while not done_before:
             if iter_num % cfg["eval_interval"] == 0 and (iter_num > start_iter or iter_num == 0) \
@@ -295,23 +465,35 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
                     status = "diverged"
                     break
                 best_val_loss = min(best_val_loss, val_loss)
-                evals.append(report.eval(iter_num, losses))
+                evals.append({"iter": iter_num, "tokens": iter_num * tokens_per_step,
+                              "train_loss": losses["train"], "val_loss": val_loss})
+                line = f"step {iter_num}: train loss {losses['train']:.4f}, val loss {val_loss:.4f}"
+                if cfg["learnable_lambda"]:  # what training makes of the start, layer by layer
+                    evals[-1]["lambdas"] = [b.attn.value_lambdas.tolist()
+                                            for b in raw_model.transformer.h[1:]]
+                    line += ", lambdas (V_1/V_n) " + " ".join(f"{a:.2f}/{b:.2f}"
+                                                              for a, b in evals[-1]["lambdas"])
+                log({"kind": "eval", **evals[-1]}, line)
                 if iter_num > start_iter:
-                    checkpoint.save(iter_num, best_val_loss, raw_model, optimizer, batches, rank,
-                                    world)
-                report.restart_clock()  # evaluation time is not training time
+                    save_checkpoint(ckpt_path, record, iter_num, best_val_loss, raw_model,
+                                    optimizer, batches, world)
+                    saved_iter = iter_num
+                t0 = time.time()  # evaluation time is not training time
             if iter_num >= cfg["max_iters"]:
                 break
-            if ctrl_c.agreed(iter_num, cfg["log_interval"], device, ddp):
+            if (not ddp or iter_num % cfg["log_interval"] == 0) and ctrl_c.agreed(device, ddp):
                 status = "interrupted"
-                checkpoint.save(iter_num, best_val_loss, raw_model, optimizer, batches, rank, world)
-                report.interrupted(iter_num)
+                save_checkpoint(ckpt_path, record, iter_num, best_val_loss, raw_model, optimizer,
+                                batches, world)
+                again = f"torchrun --nproc_per_node={world}" if ddp else "python"
+                log(line=f"interrupted at step {iter_num}: saved {ckpt_path}; continue with "
+                         f"{again} train.py --out_dir={cfg['out_dir']} --resume")
                 break
 
             # the training step: micro-steps (gradients summed), clip, AdamW, clear
             lr = get_lr(iter_num, cfg)
             for group in optimizer.param_groups:  # lr_scale: the learned lambdas' own multiple
-                group["lr"] = lr * group.get("lr_scale", 1.0)
+                group["lr"] = lr * group["lr_scale"]
             for micro_step in range(accumulation):
                 if ddp:  # synchronise gradients on the last micro-step only
                     model.require_backward_grad_sync = micro_step == accumulation - 1
@@ -334,22 +516,49 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
                 if not math.isfinite(lossf):
                     status = "diverged"
                     break
-                report.train(iter_num, lossf, lr)
+                dt, warm = (time.time() - t0) / (iter_num - last_iter), last_iter > start_iter
+                rec = {"kind": "train", "iter": iter_num, "loss": lossf, "lr": lr,
+                       "ms_per_step": 1000 * dt, "tokens_per_sec": tokens_per_step / dt}
+                if warm:  # the first window includes start-up and compilation
+                    speeds.append(rec["tokens_per_sec"])
+                    if peak:
+                        rec["mfu"] = raw_model.estimate_mfu(rec["tokens_per_sec"] / world, peak,
+                                                            cfg["block_size"])
+                eta = (time.time() - t_run) / (iter_num - start_iter) * (cfg["max_iters"] - iter_num)
+                log(rec, f"iter {iter_num}/{cfg['max_iters']}: loss {lossf:.4f}, lr {lr:.2e}, "
+                         f"{rec['ms_per_step']:.0f} ms/step, {rec['tokens_per_sec']:,.0f} tok/s"
+                         + (f", mfu {100 * rec['mfu']:.1f}%" if "mfu" in rec else "")
+                         + f", ETA {eta // 60:.0f}m{eta % 60:02.0f}s")
+                t0, last_iter = time.time(), iter_num
     except KeyboardInterrupt:  # the second Ctrl-C: stop now; the last checkpoint stays as it was
         status = "interrupted"
-        report.stopped_at_once()
+        log(line=f"\nstopped at once: kept the last checkpoint in {ckpt_path}")
+    except OSError as e:  # a full disk: one line that says which checkpoint is whole
+        if not shards.disk_full(e):
+            raise
+        kept = (f"the checkpoint of step {saved_iter} is kept (free some space, then add "
+                f"--resume)" if saved_iter is not None else "the ckpt.pt already there is "
+                "unchanged" if os.path.exists(ckpt_path) else "no checkpoint was saved")
+        doing = f"saving {ckpt_path}" if isinstance(e, shards.DiskFull) else f"writing {log.path}"
+        raise shards.DiskFull(e.errno, f"no space left on device while {doing}; {kept}") from None
     finally:
-        ctrl_c.restore()
+        signal.signal(signal.SIGINT, ctrl_c.previous)
 
     full_val = None
     if status == "done":  # the final number: every validation token once, not a sample of windows
         full_val, n = full_split_loss(raw_model, val_shards, cfg["block_size"], cfg["batch_size"],
                                       device, autocast, rank, world)
-        report.final(iter_num, full_val, n, done_before)
-    report.end(status, iter_num)
+        log({"kind": "final", "iter": iter_num, "val_loss_full": full_val, "val_tokens": n},
+            f"val loss over the whole validation split ({n:,} tokens): {full_val:.4f}")
+        log(line=f"{'kept' if done_before else 'saved'} {ckpt_path} (step {iter_num}); sample "
+                 f"from it: python sample.py --out_dir={cfg['out_dir']}")
+    if status == "diverged":
+        log({"kind": "diverged", "iter": iter_num},
+            f"loss is not finite at step {iter_num}: stopped; the last good checkpoint is "
+            f"{ckpt_path} (try a lower --learning_rate or --grad_clip=1.0)")
     return {"status": status, "iter": iter_num, "val_loss": val_loss, "val_loss_full": full_val,
             "best_val_loss": best_val_loss, "evals": evals, "num_params": raw_model.num_params(),
-            "tokens_per_sec": report.median_speed(),
+            "tokens_per_sec": sorted(speeds)[len(speeds) // 2] if speeds else float("nan"),
             "kv_cache_bytes_per_token": raw_model.kv_cache_bytes(1, 1, getattr(torch, dtype)),
             "out_dir": cfg["out_dir"], "model": raw_model}
 
@@ -379,18 +588,16 @@ def estimate_loss(model, eval_batches, eval_iters, device, autocast, rank=0, wor
 
 @torch.no_grad()
 def full_split_loss(model, token_shards, block_size, batch_size, device, autocast, rank=0, world=1):
-    """(mean loss, tokens) over every token of a split exactly once: each shard cut into consecutive
-    non-overlapping windows (the last one shorter), each predicting its tokens from those before it
-    in the window. Returns the mean over all predicted tokens; under DDP the ranks share the
-    windows."""
+    """(mean loss, tokens) over every token of a split exactly once: each shard cut into
+    consecutive non-overlapping windows (the last one shorter), each predicting its tokens from
+    those before it in the window; under DDP the ranks share the windows."""
     windows = [(tokens, s, min(block_size, len(tokens) - 1 - s))
                for tokens in token_shards for s in range(0, len(tokens) - 1, block_size)]
     total, count = 0.0, 0
     model.eval()
     for i in range(rank * batch_size, len(windows), world * batch_size):
         batch = windows[i:i + batch_size]
-        # equal lengths together (only the last differs)
-        for length in sorted({n for _, _, n in batch}):
+        for length in sorted({n for _, _, n in batch}):  # equal lengths together (the last differs)
             rows = torch.stack([torch.from_numpy(t[s:s + n + 1].astype("int64"))
                                 for t, s, n in batch if n == length])
             with autocast:
@@ -415,14 +622,8 @@ def mean_over_ranks(value, world):
 
 
 def main(argv):
-    summary = train(parse_args(TRAIN_SETTINGS, argv, USAGE), given_keys(argv))
-    return EXIT_CODES[summary["status"]]
+    return EXIT_CODES[train(parse_args(SETTINGS, argv, USAGE), given_keys(argv))["status"]]
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except (ValueError, FileNotFoundError) as e:  # user mistakes: one line, no traceback
-        sys.exit(f"error: {e}")
-    except DiskFull as e:  # the last checkpoint is whole; say which one
-        sys.exit(f"error: {e.strerror}")
+    run_main(main)

@@ -1,6 +1,6 @@
 # compare.py's default: a deep, narrow byte-level model on Shakespeare's plays (python
 # prepare.py), 800 steps on a 2-core CPU, each variant at its own best peak learning rate (the
-# fair protocol). The lrs were measured by this search (seeds 1 and 2; RESULTS.md):
+# fair protocol). The lrs were measured by this search (seeds 1 and 2; docs/RESULTS.md):
 #   python compare.py --tune --modes=vanilla,resformer,svformer --less_data=0 --out_dir=out-tune
 # learning_rate is vanilla's best: the lr of variants --lrs does not name, and of every variant
 # in the paper's protocol (one shared lr): python compare.py --lrs= --out_dir=out-paper

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from analysis import bracketed, lr_range, size_sweep, verdict
+from .analysis import bracketed, lr_range, size_sweep, verdict
 from configurator import plural
 
 

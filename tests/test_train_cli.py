@@ -8,11 +8,12 @@ import sys
 import pytest
 
 import prepare
-import runtime
+import configurator
+import shards
 import train
 from configurator import ConfigError
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=8",
         "--eval_interval=10", "--eval_iters=2", "--log_interval=5", "--warmup_iters=5",
         "--device=cpu"]
@@ -167,7 +168,7 @@ def test_resume_on_data_that_changed_is_refused_unless_asked_for(tmp_path, capsy
     data = tiny_data(tmp_path / "data")
     out = str(tmp_path / "run")
     assert train.main(TINY + [f"--dataset={data}", f"--out_dir={out}", "--max_iters=10"]) == 0
-    before = runtime.load_checkpoint(os.path.join(out, "ckpt.pt"))["data"]
+    before = shards.load_checkpoint(os.path.join(out, "ckpt.pt"))["data"]
     tiny_data(tmp_path / "data", text="Other words. ", n=400)  # the same name, other text
     with pytest.raises(ConfigError) as error:
         train.main([f"--out_dir={out}", "--resume", "--max_iters=20"])
@@ -177,14 +178,14 @@ def test_resume_on_data_that_changed_is_refused_unless_asked_for(tmp_path, capsy
                               f"tokens), but {data} now holds other data (generation 2: ")
     assert message.endswith("prepare the original data again, or go on with this data with "
                             "--new_data") and "\n" not in message
-    assert runtime.load_checkpoint(os.path.join(out, "ckpt.pt"))["iter_num"] == 10  # untouched
+    assert shards.load_checkpoint(os.path.join(out, "ckpt.pt"))["iter_num"] == 10  # untouched
     capsys.readouterr()
     # said explicitly: it goes on, and says what changed
     assert train.main([f"--out_dir={out}", "--resume", "--max_iters=20", "--new_data"]) == 0
     printed = capsys.readouterr().out
     assert f"resume: the data changed: {data} (generation 1: " in printed
     assert f" -> {data} (generation 2: " in printed
-    ckpt = runtime.load_checkpoint(os.path.join(out, "ckpt.pt"))
+    ckpt = shards.load_checkpoint(os.path.join(out, "ckpt.pt"))
     assert ckpt["iter_num"] == 20 and ckpt["data"]["generation"] == 2
     assert "new_data" not in ckpt["config"]  # an action, not a setting the next resume restores
     # the same data re-prepared (same shards, new generation) is the same data
@@ -227,13 +228,13 @@ def test_settings_show_the_values_in_effect_and_leave_out_actions(data_dir, tmp_
     assert "warming up for 2 steps" in printed
     line = next(l for l in printed.splitlines() if l.startswith("settings: "))
     shown = dict(kv.split("=", 1) for kv in line[len("settings: "):].split())
-    device = runtime.setup_device("auto")[0]
+    device = configurator.setup_device("auto")[0]
     assert (shown["warmup_iters"], shown["lr_decay_iters"], shown["n_kv_head"]) == ("2", "20", "2")
     assert shown["device"] == device != "auto" and shown["dtype"] != "auto"
     assert "overwrite" not in shown and "resume" not in shown
     logged = records(out, "config")[0]["settings"]
     assert {k: str(v) for k, v in logged.items()} == shown  # log.jsonl's first record: the same
-    assert "overwrite" not in runtime.load_checkpoint(os.path.join(out, "ckpt.pt"))["config"]
+    assert "overwrite" not in shards.load_checkpoint(os.path.join(out, "ckpt.pt"))["config"]
     assert train.main([f"--out_dir={out}", "--resume", "--max_iters=22"]) == 0
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("settings: "))
     assert "overwrite=" not in line and "resume=" not in line and "max_iters=22" in line

@@ -9,7 +9,7 @@ import textwrap
 
 import numpy as np
 
-from analysis import size_sweep
+from .analysis import size_sweep
 
 
 def pyplot():

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-import analysis
+from lab import analysis
 import compare
 import prepare
-import runs
-import tables
+from lab import runs
+from lab import tables
 import train
 from model import GPT, GPTConfig
-from runtime import load_checkpoint
+from shards import load_checkpoint
 
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=4",
         "--max_iters=2", "--eval_interval=1", "--eval_iters=2", "--log_interval=1",
@@ -348,7 +348,7 @@ def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tm
     args += ["--max_iters=3000", "--eval_interval=1000", "--log_interval=10",
              f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1", "--less_data=0",
              "--modes=vanilla", "--jobs=1"]
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     process = subprocess.Popen([sys.executable, "compare.py", *args], cwd=here,
                                start_new_session=True, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
@@ -386,7 +386,7 @@ def test_sweep_reports_the_paired_difference_at_each_point(data_dir, tmp_path):
 
 
 def test_sweep_point_labels_one_setting_per_line():
-    import plots
+    from lab import plots
     assert plots.point_label("learning_rate=2e-3_min_lr=2e-4") == "learning_rate=2e-3\nmin_lr=2e-4"
     assert plots.point_label("n_layer=4_max_iters=1600") == "n_layer=4\nmax_iters=1600"
     assert plots.point_label("n_layer=4") == "n_layer=4"

@@ -5,9 +5,10 @@ import sys
 
 import pytest
 
-from configurator import TRAIN_SETTINGS, ConfigError, given_keys, load_config
+from configurator import ConfigError, given_keys, load_config
+from train import SETTINGS as TRAIN_SETTINGS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 DEFAULTS = dict(n_layer=6, learning_rate=1e-3, compile=True, value_mode="vanilla", top_k=None,
                 betas=(0.9, 0.95))
@@ -72,7 +73,7 @@ def test_help_lists_every_setting_and_exits_0(script):
     or a preset's: compare.py starts from config/compare.py) and its meaning."""
     import importlib
     module = importlib.import_module(script[:-3])
-    settings = getattr(module, "SETTINGS", None) or TRAIN_SETTINGS
+    settings = module.SETTINGS
     preset = [module.DEFAULT_PRESET] if script == "compare.py" else []
     values = load_config({k: d for k, (d, _) in settings.items()}, preset,
                          getattr(module, "UNUSED", ()))

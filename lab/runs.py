@@ -13,12 +13,12 @@ import numpy as np
 import torch
 
 import shards
-from analysis import analyse
-from configurator import ACTIONS
 from model import GPT
-from runtime import load_checkpoint
+from train import ACTIONS
 
-TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+from .analysis import analyse
+
+TRAIN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
 
 
 def heldout_windows(cfg, n):
@@ -81,8 +81,7 @@ def progress(todo, running, timing, jobs, left="left", so_far=None):
 
 def settings_only(cfg):
     """A run's settings without the actions (resume, overwrite): what makes two runs the same.
-    Without learned lambdas their learning rate changes nothing (and runs made before that
-    setting existed are still the same runs)."""
+    Without learned lambdas their learning rate changes nothing."""
     run = {k: v for k, v in cfg.items() if k not in ACTIONS}
     if not run.get("learnable_lambda"):
         run.pop("lambda_lr_scale", None)
@@ -107,7 +106,7 @@ def command(cfg, run_dir):
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
     if os.path.isfile(ckpt_path):
         try:
-            same = settings_only(load_checkpoint(ckpt_path)["config"]) == settings_only(cfg)
+            same = settings_only(shards.load_checkpoint(ckpt_path)["config"]) == settings_only(cfg)
         except (ValueError, KeyError):
             same = False
         return args + (["--resume"] if same else ["--overwrite"]), same
@@ -121,7 +120,7 @@ def summarise(cfg, run_dir, samples, threads):
     # the first window includes start-up: left out, unless it is the only one (a short run)
     timed = train_records[1:] or train_records
     speeds = sorted(r["tokens_per_sec"] for r in timed) or [float("nan")]
-    model = GPT.from_checkpoint(os.path.join(run_dir, "ckpt.pt"))
+    model = GPT.from_checkpoint(shards.load_checkpoint(os.path.join(run_dir, "ckpt.pt")))
     first_record = next(r for r in log if r["kind"] == "config")
     summary = {"config": cfg, "status": "done",
                "val_loss_full": [r for r in log if r["kind"] == "final"][-1]["val_loss_full"],

@@ -18,7 +18,7 @@ import shards
 from shards import DataError
 
 # read-only test data (GPT-2 BPE ranks, Tiny Shakespeare)
-SHARED = Path(__file__).parent.parent / "shared" / "data"
+SHARED = Path(__file__).parent.parent.parent / "shared" / "data"
 GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 
 
@@ -341,7 +341,7 @@ def test_interrupted_run_leaves_no_valid_shard(tmp_path, monkeypatch):
     assert not path.exists() and not Path(str(path) + ".tmp").exists()
 
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parent.parent  # the repository root
 
 
 def run_prepare(*args, cwd):

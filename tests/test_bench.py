@@ -7,7 +7,7 @@ import pytest
 
 import bench
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 TINY = ["--n_layer=2", "--n_head=4", "--n_embd=32", "--block_size=24", "--seq_len=16",
         "--batch_size=2", "--contexts=16,64", "--decode_tokens=4", "--decode_batch_sizes=1,2",

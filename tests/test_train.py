@@ -14,11 +14,10 @@ import torch
 
 import prepare
 import shards
-import runtime
 import train
 from configurator import ConfigError, load_config, read_preset
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 TEXT = "".join(f"KING {i % 7}:\nWhat say you, my lord, of the {i % 13} ships upon the sea?\n\n"
                for i in range(400))
 
@@ -56,7 +55,7 @@ def test_each_mode_trains_and_writes_log_and_checkpoint(data_dir, tmp_path, mode
     assert [r["iter"] for r in log if r["kind"] == "train"] == list(range(1, 31))
     assert all(r["tokens_per_sec"] > 0 and r["ms_per_step"] > 0
                for r in log if r["kind"] == "train")
-    ckpt = runtime.load_checkpoint(str(tmp_path / "ckpt.pt"))
+    ckpt = shards.load_checkpoint(str(tmp_path / "ckpt.pt"))
     assert ckpt["iter_num"] == 30 and ckpt["model_args"]["value_mode"] == mode
     assert ckpt["tokenizer"] == {"tokenizer": "byte", "vocab_size": 257, "eot": 256}
     assert ckpt["best_val_loss"] == min(e["val_loss"] for e in evals)
@@ -90,8 +89,8 @@ def test_resume_equals_uninterrupted_run(data_dir, tmp_path):
     losses = lambda d: [(r["iter"], r["loss"]) for r in read_log(d) if r["kind"] == "train"]
     # bitwise: exact float equality
     assert losses(tmp_path / "resumed") == losses(tmp_path / "straight")
-    a = runtime.load_checkpoint(str(tmp_path / "straight" / "ckpt.pt"))["model"]
-    b = runtime.load_checkpoint(str(tmp_path / "resumed" / "ckpt.pt"))["model"]
+    a = shards.load_checkpoint(str(tmp_path / "straight" / "ckpt.pt"))["model"]
+    b = shards.load_checkpoint(str(tmp_path / "resumed" / "ckpt.pt"))["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -117,7 +116,7 @@ def test_ctrl_c_saves_and_resume_continues_exactly(data_dir, tmp_path, monkeypat
     summary = train.train(dict(cfg, out_dir=str(tmp_path / "b")))
     monkeypatch.undo()
     assert summary["status"] == "interrupted" and summary["iter"] == stopped_at
-    assert runtime.load_checkpoint(str(tmp_path / "b" / "ckpt.pt"))["iter_num"] == stopped_at
+    assert shards.load_checkpoint(str(tmp_path / "b" / "ckpt.pt"))["iter_num"] == stopped_at
     train.train(dict(cfg, out_dir=str(tmp_path / "b"), resume=True))
     losses = lambda d: [(r["iter"], r["loss"]) for r in read_log(d) if r["kind"] == "train"]
     assert losses(tmp_path / "b") == losses(tmp_path / "a")
@@ -139,7 +138,7 @@ def test_second_ctrl_c_stops_at_once_and_keeps_the_last_checkpoint(data_dir, tmp
     summary = train.train(tiny_cfg(data_dir, tmp_path))
     assert summary["status"] == "interrupted" and summary["iter"] < 30
     # the eval-time one, untouched
-    assert runtime.load_checkpoint(str(tmp_path / "ckpt.pt"))["iter_num"] == 10
+    assert shards.load_checkpoint(str(tmp_path / "ckpt.pt"))["iter_num"] == 10
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
@@ -155,7 +154,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path
     monkeypatch.setattr(torch.nn.functional, "cross_entropy", nan_after_a_while)
     summary = train.train(tiny_cfg(data_dir, tmp_path, eval_interval=10))
     assert summary["status"] == "diverged" and summary["iter"] == 13
-    ckpt = runtime.load_checkpoint(str(tmp_path / "ckpt.pt"))  # the one saved at step 10, still whole
+    ckpt = shards.load_checkpoint(str(tmp_path / "ckpt.pt"))  # the one saved at step 10, still whole
     assert ckpt["iter_num"] == 10 and all(torch.isfinite(v).all()
                                           for v in ckpt["model"].values() if v.is_floating_point())
 
@@ -170,14 +169,14 @@ def test_killed_checkpoint_write_leaves_previous_loadable(data_dir, tmp_path, mo
         raise KeyboardInterrupt("killed")
 
     monkeypatch.setattr(torch, "save", dies_mid_write)
-    with pytest.raises(KeyboardInterrupt):
-        runtime.save_checkpoint(path, {"anything": 1})
+    with pytest.raises(KeyboardInterrupt), shards.atomic_write(path) as f:
+        torch.save({"anything": 1}, f)
     monkeypatch.undo()
-    assert runtime.load_checkpoint(path)["iter_num"] == 10
+    assert shards.load_checkpoint(path)["iter_num"] == 10
     assert not os.path.exists(path + ".tmp")  # removed; a SIGKILL would leave it, unread:
     (tmp_path / "half.pt").write_bytes(b"PK\x03\x04 half a checkpoint")
     with pytest.raises(ValueError, match="not a readable torch checkpoint"):
-        runtime.load_checkpoint(str(tmp_path / "half.pt"))
+        shards.load_checkpoint(str(tmp_path / "half.pt"))
 
 
 # torch.save into a Python file on a full disk: the write's OSError(ENOSPC), then torch's zip
@@ -220,7 +219,7 @@ def test_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(data_d
                              "the checkpoint of step 10 is kept (free some space, then add "
                              "--resume)\n")
     assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl", "train.lock"]
-    assert runtime.load_checkpoint(str(out / "ckpt.pt"))["iter_num"] == 10
+    assert shards.load_checkpoint(str(out / "ckpt.pt"))["iter_num"] == 10
 
 
 def test_full_disk_at_the_first_save_says_nothing_was_saved(data_dir, tmp_path, monkeypatch):
@@ -228,7 +227,7 @@ def test_full_disk_at_the_first_save_says_nothing_was_saved(data_dir, tmp_path, 
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", full)
-    with pytest.raises(train.DiskFull, match=r"while saving .*ckpt.pt; no checkpoint was saved$"):
+    with pytest.raises(shards.DiskFull, match=r"while saving .*ckpt.pt; no checkpoint was saved$"):
         train.train(tiny_cfg(data_dir, tmp_path))
     assert sorted(os.listdir(tmp_path)) == ["log.jsonl", "train.lock"]
 
@@ -300,7 +299,7 @@ def test_torchrun_two_processes_gloo(data_dir, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
-    saved = runtime.load_checkpoint(str(out / "ckpt.pt"))["model"]
+    saved = shards.load_checkpoint(str(out / "ckpt.pt"))["model"]
     assert all(torch.equal(rank0[k], saved[k]) for k in rank0)
     assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl", "train.lock"]
     log = read_log(out)
@@ -407,8 +406,8 @@ def test_torchrun_resume_equals_uninterrupted_run(data_dir, tmp_path):
     assert not torch.equal(resumed_x[0][0], resumed_x[1][0])  # the ranks' batches differ
     for r in range(2):  # and each rank continues its own stream where the straight run had it
         assert all(torch.equal(a, b) for a, b in zip(resumed_x[r], straight_x[r][8:]))
-    a = runtime.load_checkpoint(str(tmp_path / "straight" / "ckpt.pt"))
-    b = runtime.load_checkpoint(str(tmp_path / "resumed" / "ckpt.pt"))
+    a = shards.load_checkpoint(str(tmp_path / "straight" / "ckpt.pt"))
+    b = shards.load_checkpoint(str(tmp_path / "resumed" / "ckpt.pt"))
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     assert len(b["rank_states"]) == 2
 
@@ -449,7 +448,7 @@ def test_torchrun_ctrl_c_stops_every_rank_at_one_step_and_resumes(sharded_dir, t
         if launcher.poll() is None:
             kill_launch(launcher)
     assert "forcefully exiting" not in stderr and "Traceback" not in stdout, stderr[-3000:]
-    saved = runtime.load_checkpoint(str(out / "ckpt.pt"))
+    saved = shards.load_checkpoint(str(out / "ckpt.pt"))
     stop = saved["iter_num"]
     assert f"interrupted at step {stop}: saved" in stdout
     assert 3 <= stop < 100_000 and train_losses(out)[-1][0] == stop
@@ -468,7 +467,7 @@ def test_torchrun_ctrl_c_stops_every_rank_at_one_step_and_resumes(sharded_dir, t
     assert returncode == 0, stderr[-3000:]
     assert f"resuming {out / 'ckpt.pt'} at step {stop}" in stdout
     assert [i for i, _ in train_losses(out)] == list(range(1, stop + 4))
-    assert runtime.load_checkpoint(str(out / "ckpt.pt"))["iter_num"] == stop + 3
+    assert shards.load_checkpoint(str(out / "ckpt.pt"))["iter_num"] == stop + 3
 
 
 def write_dataset(path, train_lengths, val_length=600):
@@ -554,8 +553,8 @@ def test_second_run_on_an_out_dir_is_refused_until_the_first_is_gone(data_dir, t
     finally:
         first.kill()  # kill -9: no handler runs, the lock goes with the process
         first.wait()
-    step = runtime.load_checkpoint(str(out / "ckpt.pt"))["iter_num"]
+    step = shards.load_checkpoint(str(out / "ckpt.pt"))["iter_num"]
     resumed = run_script("train.py", f"--out_dir={out}", "--resume", f"--max_iters={step + 2}")
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming {out / 'ckpt.pt'} at step {step}" in resumed.stdout
-    assert runtime.load_checkpoint(str(out / "ckpt.pt"))["iter_num"] == step + 2
+    assert shards.load_checkpoint(str(out / "ckpt.pt"))["iter_num"] == step + 2

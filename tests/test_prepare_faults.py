@@ -19,7 +19,7 @@ import pytest
 import prepare
 import shards
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parent.parent  # the repository root
 OLD_DOCS = [f"old document {i}: " + "to be or not to be " * (1 + i % 4) for i in range(40)]
 NEW_DOCS = [f"NEW DOCUMENT {i}: " + "ALL THE WORLD'S A STAGE " * (1 + i % 3) for i in range(40)]
 

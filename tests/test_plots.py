@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import compare
-import plots
+from lab import plots
 import prepare
 from model import GPT, GPTConfig
-from runtime import CHECKPOINT_FORMAT
+from shards import CHECKPOINT_FORMAT
 
 pytest.importorskip("matplotlib")
 

@@ -13,7 +13,7 @@ import sample
 import shards
 import train
 from model import GPT, GPTConfig, VALUE_MODES
-from runtime import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
+from shards import CHECKPOINT_FORMAT, load_checkpoint
 from test_prepare import gpt2, gpt2_encoding  # noqa: F401 (fixtures: GPT-2 offline, or a skip)
 
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=320, bias=False)
@@ -28,9 +28,8 @@ def make_checkpoint(out_dir, value_mode="vanilla", compiled=False, **overrides):
     if compiled:  # what a torch.compile'd model's state dict looks like
         state = {"_orig_mod." + k: v for k, v in state.items()}
     os.makedirs(out_dir, exist_ok=True)
-    save_checkpoint(os.path.join(out_dir, "ckpt.pt"), {
-        "format": CHECKPOINT_FORMAT, "model": state, "model_args": model_args,
-        "tokenizer": BYTE_TOKENIZER, "iter_num": 0})
+    torch.save({"format": CHECKPOINT_FORMAT, "model": state, "model_args": model_args,
+                "tokenizer": BYTE_TOKENIZER, "iter_num": 0}, os.path.join(out_dir, "ckpt.pt"))
     return str(out_dir)
 
 
@@ -152,7 +151,7 @@ def test_errors(tmp_path):
 def test_command_line_error_is_one_line(tmp_path):
     done = subprocess.run([sys.executable, "sample.py", f"--out_dir={tmp_path}"],
                           capture_output=True, text=True,
-                          cwd=os.path.dirname(os.path.abspath(__file__)))
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("error: no checkpoint at") and done.stderr.count("\n") == 1
 
@@ -169,7 +168,7 @@ def test_learned_lambdas_are_reported(tmp_path):
 
 # ---- issue 22: the real-words share, the data a model trained on, the README's notebook ----
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 REAL_WORDS = re.compile(r"real words: ([\d.]+)% of the ([\d,]+) sampled words occur in the "
                         r"training text of (.+)\n")
 

@@ -1,8 +1,8 @@
-"""runtime.py: the GPU peak table (checkpoint writing is tested through train.py, test_train.py);
-and shards.hold_lock, the lock train.py and prepare.py take.  Run: pytest -q test_runtime.py"""
+"""train.py's GPU peak table (checkpoint writing is tested through train.py, test_train.py);
+and shards.hold_lock, the lock train.py and prepare.py take."""
 import pytest
 
-from runtime import gpu_peak_flops
+from train import gpu_peak_flops
 from shards import hold_lock
 
 

@@ -14,9 +14,9 @@ import torch
 import prepare
 import sample
 import train
-from runtime import load_checkpoint
+from shards import load_checkpoint
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 TEXT = "".join(f"KING {i % 7}:\nWhat say you, my lord, of the {i % 13} ships upon the sea?\n\n"
                for i in range(400))
 # the preset, shrunk to a tiny model: its compile=True, bias=True, accumulation and schedule stay
