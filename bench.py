@@ -19,15 +19,14 @@ applied to the training step only: the cache's growing length would recompile ev
 """
 import json
 import os
-import sys
 import time
 
 import torch
 from torch.utils.benchmark import Measurement, Timer
 
+import shards
 from configurator import device_type, parse_args, parse_list, plural, run_main, setup_device
 from model import GPT, VALUE_MODES, GPTConfig, KVCache, kv_cache_bytes
-from shards import ByteTokenizer
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, gpu_peak_flops
 
 # train.py's settings that a timing does not use: a preset may set them (config/*.py work as they
@@ -63,7 +62,7 @@ def resolve(cfg):
     cfg = dict(cfg)
     cfg["seq_len"] = cfg["seq_len"] or cfg["block_size"]
     if not cfg["vocab_size"]:  # 257 bytes rounded up as train.py rounds: 320; GPT-2's 50257: 50304
-        vocab = ByteTokenizer.vocab_size if cfg["dataset"].endswith("_byte") else 50257
+        vocab = shards.ByteTokenizer.vocab_size if cfg["dataset"].endswith("_byte") else 50257
         cfg["vocab_size"] = -(-vocab // 64) * 64
     if cfg["seq_len"] > cfg["block_size"]:
         raise ValueError(f"seq_len {cfg['seq_len']} exceeds block_size {cfg['block_size']}")
@@ -441,7 +440,7 @@ def main(argv):
     print_targets(result["targets"])
     if cfg["json_out"]:
         os.makedirs(os.path.dirname(cfg["json_out"]) or ".", exist_ok=True)
-        with open(cfg["json_out"], "w") as f:
+        with shards.atomic_write(cfg["json_out"], "w") as f:
             json.dump(result, f, indent=1)
         print(f"\nwrote {cfg['json_out']} ({result['wall_s']:.0f}s)")
     return result

@@ -14,7 +14,6 @@ import torch
 
 import shards
 from model import GPT
-from train import ACTIONS
 
 from .analysis import analyse
 
@@ -80,12 +79,9 @@ def progress(todo, running, timing, jobs, left="left", so_far=None):
 
 
 def settings_only(cfg):
-    """A run's settings without the actions (resume, overwrite): what makes two runs the same.
-    Without learned lambdas their learning rate changes nothing."""
-    run = {k: v for k, v in cfg.items() if k not in ACTIONS}
-    if not run.get("learnable_lambda"):
-        run.pop("lambda_lr_scale", None)
-    return run
+    """What makes two runs the same: their settings (without learned lambdas, their learning
+    rate changes nothing)."""
+    return {k: v for k, v in cfg.items() if cfg.get("learnable_lambda") or k != "lambda_lr_scale"}
 
 
 def finished(cfg, run_dir):
@@ -94,6 +90,9 @@ def finished(cfg, run_dir):
     if os.path.isfile(path):
         with open(path) as f:
             summary = json.load(f)
+        if summary.get("format") != shards.CHECKPOINT_FORMAT:
+            raise shards.DataError(f"{run_dir} was written by an older version of compare.py: "
+                                   f"delete it, or compare into another --out_dir")
         if settings_only(summary.get("config") or {}) == settings_only(cfg):
             return summary
     return None
@@ -129,18 +128,19 @@ def summarise(cfg, run_dir, samples, threads):
                "tokens_per_sec": speeds[len(speeds) // 2],
                "threads": threads, "kv_cache_bytes_per_token": model.kv_cache_bytes(1, 1),
                **analyse(model, heldout_windows(cfg, samples))}
-    with open(os.path.join(run_dir, "summary.json.tmp"), "w") as f:
-        json.dump(summary, f, indent=1)
-    os.replace(os.path.join(run_dir, "summary.json.tmp"), os.path.join(run_dir, "summary.json"))
-    return summary
+    return write_summary(run_dir, summary)
 
 
 def diverged_summary(cfg, run_dir):
     """summary.json of a run whose loss stopped being finite: a result (worse than any finite
     loss), reused like a finished run."""
-    summary = {"config": cfg, "status": "diverged", "val_loss_full": None}
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
+    return write_summary(run_dir, {"config": cfg, "status": "diverged", "val_loss_full": None})
+
+
+def write_summary(run_dir, summary):
+    """summary.json, whole or not at all, tagged with the version that wrote it."""
+    with shards.atomic_write(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump({"format": shards.CHECKPOINT_FORMAT, **summary}, f, indent=1)
     return summary
 
 

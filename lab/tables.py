@@ -9,8 +9,10 @@ import os
 
 import numpy as np
 
-from .analysis import bracketed, lr_range, size_sweep, verdict
+import shards
 from configurator import plural
+
+from .analysis import bracketed, lr_range, size_sweep, verdict
 
 
 def fmt_interval(stats):
@@ -43,7 +45,7 @@ def search_table(search, seeds):
 
 
 def write_tables(root, results, sweep, info, search=None):
-    with open(os.path.join(root, "results.json"), "w") as f:
+    with shards.atomic_write(os.path.join(root, "results.json"), "w") as f:
         json.dump({"info": info, "modes": results, "sweep": sweep, "size_sweep": size_sweep(sweep),
                    "lr_search": {n: {f"{lr:g}": v for lr, v in by_lr.items()}
                                  for n, by_lr in (search or {}).items()}}, f, indent=1)
@@ -129,7 +131,7 @@ def write_tables(root, results, sweep, info, search=None):
                               f"{r['val_loss_mean']:.4f} | {p['mean']:+.4f} | {fmt_interval(p)} | "
                               f"{p['wins']} of {p['n']} |")
     md += size_table(sweep)
-    with open(os.path.join(root, "results.md"), "w") as f:
+    with shards.atomic_write(os.path.join(root, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
 
 

@@ -135,7 +135,7 @@ def test_interrupted_run_resumes_from_its_checkpoint(data_dir, tmp_path):
     # a checkpoint of exactly this run (as Ctrl-C leaves it) is resumed
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
     ckpt = torch.load(ckpt_path, weights_only=False)
-    ckpt["config"] = dict(cfg, overwrite=True)  # as when a stale run was replaced: still this run
+    ckpt["config"] = dict(cfg)  # exactly this run
     torch.save(ckpt, ckpt_path)
     args_, resuming = runs.command(cfg, cfg["out_dir"])
     assert resuming and "--resume" in args_
@@ -301,17 +301,19 @@ def test_train_actions_are_refused_not_ignored(tmp_path, action):
     assert action.split("=")[0][2:] not in compare.SETTINGS  # nor listed in --help
 
 
-def test_runs_finished_before_the_actions_left_the_settings_are_reused(tmp_path):
-    """summary.json and ckpt.pt of earlier versions hold resume/overwrite among the settings:
-    the same run still, reused or resumed, not trained again."""
+def test_a_run_of_an_older_version_is_refused_in_one_line(tmp_path):
+    """A finished run is reused only with the same settings, and only if this version wrote it."""
     cfg = compare.build_grid(compare.parse_args(compare.SETTINGS, [compare.DEFAULT_PRESET], ""),
                              compare.parse_modes("vanilla"), [1], [("", {})], str(tmp_path))[0][1]
     assert not set(cfg) & {"resume", "overwrite", "new_data"}
     os.makedirs(cfg["out_dir"])
-    with open(os.path.join(cfg["out_dir"], "summary.json"), "w") as f:
-        json.dump({"config": dict(cfg, resume=False, overwrite=True), "status": "done"}, f)
+    runs.write_summary(cfg["out_dir"], {"config": cfg, "status": "done"})
     assert runs.finished(cfg, cfg["out_dir"])["status"] == "done"
     assert runs.finished(dict(cfg, n_layer=3), cfg["out_dir"]) is None
+    with open(os.path.join(cfg["out_dir"], "summary.json"), "w") as f:
+        json.dump({"config": cfg, "status": "done"}, f)  # no format: an older version's
+    with pytest.raises(ValueError, match="written by an older version of compare.py: delete it"):
+        runs.finished(cfg, cfg["out_dir"])
 
 
 def test_one_variant_without_vanilla_shorter_than_log_interval(data_dir, tmp_path, capsys,
