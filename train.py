@@ -189,18 +189,25 @@ class Batches:
             self.shard, self.pos = self.usable[0], self.rank * self.B * self.T
 
 
-def open_data(dataset, master, ddp):
-    """(folder, meta, train shards, val shards) of --dataset; the default one is prepared on
-    first use (by rank 0, the others wait)."""
-    data_dir = shards.dataset_dir(dataset)
-    if dataset == shards.DEFAULT_DATASET and master:
+def open_data(cfg, rank, world):
+    """(folder, meta, val shards, training batches, fixed evaluation batches) of --dataset; the
+    default one is prepared on first use (by rank 0, the others wait). Loss estimates use the
+    same windows every time, so curves compare across steps and modes."""
+    data_dir = shards.dataset_dir(cfg["dataset"])
+    if cfg["dataset"] == shards.DEFAULT_DATASET and rank == 0:
         shards.prepare_default(data_dir)
-    if ddp:
+    if world > 1:
         dist.barrier()
     meta = shards.load_meta(data_dir)
-    return (data_dir, meta, *([shards.read_shard(p, meta["vocab_size"])
-                               for p in shards.list_shards(data_dir, split)]
-                              for split in ("train", "val")))
+    train_shards, val_shards = ([shards.read_shard(p, meta["vocab_size"])
+                                 for p in shards.list_shards(data_dir, split)]
+                                for split in ("train", "val"))
+    batches = Batches(train_shards, cfg["batch_size"], cfg["block_size"], cfg["seed"], rank, world,
+                      split=f"train split of {data_dir}")
+    eval_batches = {split: Batches(s, cfg["batch_size"], cfg["block_size"], seed=1234,
+                                   sequential=False, split=f"{split} split of {data_dir}")
+                    for split, s in (("train", train_shards), ("val", val_shards))}
+    return data_dir, meta, val_shards, batches, eval_batches
 
 
 # -----------------------------------------------------------------------------
@@ -295,6 +302,31 @@ class Log:
                 f.write(json.dumps(record) + "\n")
 
 
+def announce(log, cfg, changes, notes, settings, num_params, tokens_per_step, accumulation,
+             world, data_dir, done_before, iter_num):
+    """What the run is: a resume's changes, the settings in effect, the model and the step."""
+    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    for line in [f"resume: {k}: {a!r} -> {b!r}" for k, (a, b) in changes.items()] + notes:
+        log(line=line)
+    if cfg["resume"]:
+        log(line=f"resuming {ckpt_path} at step {iter_num}")
+    if done_before:
+        log(line=f"{ckpt_path} is already at step {iter_num} of max_iters {cfg['max_iters']}: "
+                 f"nothing to train; to go further, --resume with a larger --max_iters")
+    if settings["warmup_iters"] != cfg["warmup_iters"]:
+        log(line=f"note: warmup_iters {cfg['warmup_iters']} would fill the whole schedule: "
+                 f"warming up for {plural(settings['warmup_iters'], 'step')}")
+    log(line="settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
+    log({"kind": "config", "iter": iter_num, "settings": settings,
+         "changes": {k: list(v) for k, v in changes.items()}, "changes_in_effect": notes,
+         "num_params": num_params, "device": settings["device"], "dtype": settings["dtype"],
+         "world": world, "tokens_per_step": tokens_per_step},
+        f"{cfg['value_mode']}: {num_params / 1e6:.2f}M parameters, {settings['device']} "
+        f"{settings['dtype']}, {tokens_per_step:,} tokens/step ({cfg['batch_size']} x "
+        f"{cfg['block_size']} x {plural(accumulation, 'micro-step')} x {plural(world, 'rank')}), "
+        f"{plural(cfg['max_iters'], 'step')}, data {data_dir}")
+
+
 # Dense bf16 peak FLOP/s per GPU for MFU, longest name first ("H100 NVL" before "H100"); an unknown
 # GPU gets no MFU rather than a wrong one. Hopper SXM: 989.4 TFLOP/s (NVIDIA's datasheets give
 # twice that, with sparsity); NVL 835 per GPU, PCIe 756.
@@ -380,6 +412,27 @@ def train(cfg, given=None):
             dist.destroy_process_group()
 
 
+def build(cfg, meta, device, ckpt, settings, data):
+    """(model on device, AdamW, what every checkpoint of the run holds besides the weights and
+    the step), fresh or from the checkpoint."""
+    torch.manual_seed(cfg["seed"])  # the same initial weights on every rank
+    vocab_size = -(-meta["vocab_size"] // 64) * 64  # a multiple of 64: faster matmuls
+    model_args = dict(GPTConfig.from_dict({**cfg, "vocab_size": vocab_size}).__dict__)
+    model = GPT(GPTConfig(**model_args))
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+    model.to(device)  # before AdamW: its state lives where the weights do
+    optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"],
+                                           (cfg["beta1"], cfg["beta2"]), device_type(device),
+                                           cfg["lambda_lr_scale"])
+    if ckpt is not None:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    return model, optimizer, {
+        "format": shards.CHECKPOINT_FORMAT, "model_args": model_args, "data": data,
+        "config": {k: v for k, v in cfg.items() if k not in ACTIONS}, "settings_in_effect": settings,
+        "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")}}
+
+
 def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     """The training loop proper, for train(): data, model, steps, evaluations, checkpoints."""
     ddp, master, ckpt_path = world > 1, rank == 0, os.path.join(cfg["out_dir"], "ckpt.pt")
@@ -387,32 +440,16 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     log = Log(cfg["out_dir"], master, fresh=not cfg["resume"])
 
-    # ---- data; loss estimates use the same fixed windows every time, so curves compare ----
-    data_dir, meta, train_shards, val_shards = open_data(cfg["dataset"], master, ddp)
+    data_dir, meta, val_shards, batches, eval_batches = open_data(cfg, rank, world)
     data = shards.data_identity(data_dir, meta)
-    batches = Batches(train_shards, cfg["batch_size"], cfg["block_size"], cfg["seed"], rank, world,
-                      split=f"train split of {data_dir}")
-    eval_batches = {split: Batches(s, cfg["batch_size"], cfg["block_size"], seed=1234,
-                                   sequential=False, split=f"{split} split of {data_dir}")
-                    for split, s in (("train", train_shards), ("val", val_shards))}
 
     # ---- model and AdamW, fresh or from the checkpoint ----
-    torch.manual_seed(cfg["seed"])  # the same initial weights on every rank
-    vocab_size = -(-meta["vocab_size"] // 64) * 64  # round up to a multiple of 64: faster matmuls
-    model_args = dict(GPTConfig.from_dict({**cfg, "vocab_size": vocab_size}).__dict__)
-    raw_model = GPT(GPTConfig(**model_args))
-    if ckpt is not None:
-        raw_model.load_state_dict(ckpt["model"])
-    raw_model.to(device)  # before AdamW: its state lives where the weights do
-    optimizer = raw_model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"],
-                                               (cfg["beta1"], cfg["beta2"]), device_type(device),
-                                               cfg["lambda_lr_scale"])
-    iter_num, best_val_loss, saved_iter = 0, float("inf"), None
     settings, notes = in_effect(cfg, device, dtype), []
+    raw_model, optimizer, record = build(cfg, meta, device, ckpt, settings, data)
+    iter_num, best_val_loss, saved_iter = 0, float("inf"), None
     torch.manual_seed(cfg["seed"] + rank)  # then each rank its own dropout stream
     if ckpt is not None:
         notes = resume_notes(ckpt, cfg, changes, settings, data, ckpt["iter_num"])
-        optimizer.load_state_dict(ckpt["optimizer"])
         restore_rank_state(ckpt, ckpt_path, batches, world)
         iter_num = saved_iter = ckpt["iter_num"]
         best_val_loss = ckpt["best_val_loss"]
@@ -422,34 +459,11 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     if ddp:
         model = DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if device.startswith("cuda")
                     else None)
-    # what every checkpoint of this run holds besides the weights and the step
-    record = {"format": shards.CHECKPOINT_FORMAT, "model_args": model_args,
-              "config": {k: v for k, v in cfg.items() if k not in ACTIONS},
-              "settings_in_effect": settings, "data": data,
-              "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")}}
 
-    # ---- what the run is ----
     tokens_per_step = cfg["batch_size"] * cfg["block_size"] * accumulation * world
     done_before = cfg["resume"] and iter_num >= cfg["max_iters"]  # a finished run, resumed
-    for line in [f"resume: {k}: {a!r} -> {b!r}" for k, (a, b) in changes.items()] + notes:
-        log(line=line)
-    if cfg["resume"]:
-        log(line=f"resuming {ckpt_path} at step {iter_num}")
-    if done_before:
-        log(line=f"{ckpt_path} is already at step {iter_num} of max_iters {cfg['max_iters']}: "
-                 f"nothing to train; to go further, --resume with a larger --max_iters")
-    if settings["warmup_iters"] != cfg["warmup_iters"]:
-        log(line=f"note: warmup_iters {cfg['warmup_iters']} would fill the whole schedule: "
-                 f"warming up for {plural(settings['warmup_iters'], 'step')}")
-    log(line="settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
-    log({"kind": "config", "iter": iter_num, "settings": settings,
-         "changes": {k: list(v) for k, v in changes.items()}, "changes_in_effect": notes,
-         "num_params": raw_model.num_params(), "device": device, "dtype": dtype, "world": world,
-         "tokens_per_step": tokens_per_step},
-        f"{cfg['value_mode']}: {raw_model.num_params() / 1e6:.2f}M parameters, {device} {dtype}, "
-        f"{tokens_per_step:,} tokens/step ({cfg['batch_size']} x {cfg['block_size']} x "
-        f"{plural(accumulation, 'micro-step')} x {plural(world, 'rank')}), "
-        f"{plural(cfg['max_iters'], 'step')}, data {data_dir}")
+    announce(log, cfg, changes, notes, settings, raw_model.num_params(), tokens_per_step,
+             accumulation, world, data_dir, done_before, iter_num)
     peak = gpu_peak_flops(torch.cuda.get_device_name(device)) if device.startswith("cuda") else None
 
     evals, speeds, status, val_loss = [], [], "done", float("nan")
@@ -516,14 +530,10 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
                 if not math.isfinite(lossf):
                     status = "diverged"
                     break
-                dt, warm = (time.time() - t0) / (iter_num - last_iter), last_iter > start_iter
-                rec = {"kind": "train", "iter": iter_num, "loss": lossf, "lr": lr,
-                       "ms_per_step": 1000 * dt, "tokens_per_sec": tokens_per_step / dt}
-                if warm:  # the first window includes start-up and compilation
+                rec = speed(iter_num, lossf, lr, (time.time() - t0) / (iter_num - last_iter),
+                            tokens_per_step, raw_model, peak, world, cfg)
+                if last_iter > start_iter:  # the first window includes start-up, compilation
                     speeds.append(rec["tokens_per_sec"])
-                    if peak:
-                        rec["mfu"] = raw_model.estimate_mfu(rec["tokens_per_sec"] / world, peak,
-                                                            cfg["block_size"])
                 eta = (time.time() - t_run) / (iter_num - start_iter) * (cfg["max_iters"] - iter_num)
                 log(rec, f"iter {iter_num}/{cfg['max_iters']}: loss {lossf:.4f}, lr {lr:.2e}, "
                          f"{rec['ms_per_step']:.0f} ms/step, {rec['tokens_per_sec']:,.0f} tok/s"
@@ -534,13 +544,7 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
         status = "interrupted"
         log(line=f"\nstopped at once: kept the last checkpoint in {ckpt_path}")
     except OSError as e:  # a full disk: one line that says which checkpoint is whole
-        if not shards.disk_full(e):
-            raise
-        kept = (f"the checkpoint of step {saved_iter} is kept (free some space, then add "
-                f"--resume)" if saved_iter is not None else "the ckpt.pt already there is "
-                "unchanged" if os.path.exists(ckpt_path) else "no checkpoint was saved")
-        doing = f"saving {ckpt_path}" if isinstance(e, shards.DiskFull) else f"writing {log.path}"
-        raise shards.DiskFull(e.errno, f"no space left on device while {doing}; {kept}") from None
+        raise no_space(e, saved_iter, ckpt_path, log.path) from None
     finally:
         signal.signal(signal.SIGINT, ctrl_c.previous)
 
@@ -561,6 +565,26 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
             "tokens_per_sec": sorted(speeds)[len(speeds) // 2] if speeds else float("nan"),
             "kv_cache_bytes_per_token": raw_model.kv_cache_bytes(1, 1, getattr(torch, dtype)),
             "out_dir": cfg["out_dir"], "model": raw_model}
+
+
+def no_space(error, saved_iter, ckpt_path, log_path):
+    """A full disk's one line: what failed, and which checkpoint is whole (other errors pass)."""
+    if not shards.disk_full(error):
+        return error
+    kept = (f"the checkpoint of step {saved_iter} is kept (free some space, then add --resume)"
+            if saved_iter is not None else "the ckpt.pt already there is unchanged"
+            if os.path.exists(ckpt_path) else "no checkpoint was saved")
+    doing = f"saving {ckpt_path}" if isinstance(error, shards.DiskFull) else f"writing {log_path}"
+    return shards.DiskFull(error.errno, f"no space left on device while {doing}; {kept}")
+
+
+def speed(iter_num, lossf, lr, dt, tokens_per_step, model, peak, world, cfg):
+    """The record of a log window that ends at iter_num: loss, lr, speed, MFU on a known GPU."""
+    rec = {"kind": "train", "iter": iter_num, "loss": lossf, "lr": lr, "ms_per_step": 1000 * dt,
+           "tokens_per_sec": tokens_per_step / dt}
+    if peak:
+        rec["mfu"] = model.estimate_mfu(rec["tokens_per_sec"] / world, peak, cfg["block_size"])
+    return rec
 
 
 # -----------------------------------------------------------------------------
