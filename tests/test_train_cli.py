@@ -109,6 +109,7 @@ def run(*args):
      "error: --gradient_accumulation_steps=-1: must be 0 or more"),
     ("--n_layer=True", "error: --n_layer=True: n_layer must be int"),
     ("--max_iters", "error: --max_iters needs a value: write --max_iters=VALUE"),
+    ("--lambda_lr_scale=-1", "error: --lambda_lr_scale=-1.0: must be 0 or more"),
 ])
 def test_setting_mistakes_are_one_line_errors(arg, message, tmp_path):
     if arg == "--device=cuda" and __import__("torch").cuda.is_available():
@@ -118,6 +119,16 @@ def test_setting_mistakes_are_one_line_errors(arg, message, tmp_path):
     result = run(arg, f"--out_dir={tmp_path}")
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_an_out_dir_that_is_a_file_and_a_reader_that_leaves_early_are_no_tracebacks(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a folder")
+    result = run(f"--out_dir={tmp_path / 'notes.txt'}")
+    assert result.returncode == 1 and result.stderr == (
+        f"error: --out_dir={tmp_path / 'notes.txt'} is a file: name a folder\n")
+    shell = subprocess.run(f"{sys.executable} train.py --help | head -1", shell=True, cwd=HERE,
+                           capture_output=True, text=True, timeout=120)
+    assert shell.stdout.startswith("usage: python train.py") and shell.stderr == "", shell.stderr
 
 
 def test_whole_split_loss_visits_every_token_exactly_once():
