@@ -1,5 +1,4 @@
-"""
-One GPT, three value modes (Value Residual Learning, arXiv 2410.17897).
+"""One GPT, three value modes (Value Residual Learning, arXiv 2410.17897).
 
     vanilla    U_n = A_n V_n
     resformer  U_n = A_n (lambda_1 V_1 + lambda_2 V_n)    for n >= 2 (official: 0.5, 0.5)
@@ -20,9 +19,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 VALUE_MODES = ("vanilla", "resformer", "svformer")
-# Attention kernels for one-token decode steps. The key length grows every step and cuDNN's
-# attention builds a plan per shape, so choose flash / memory-efficient explicitly; MATH is the
-# fallback every device has (CPU, MPS, older GPUs, and float32 where flash does not apply).
+# Kernels for one-token decode steps: cuDNN plans per shape and the key length grows every step,
+# so pick flash / memory-efficient explicitly, with MATH (every device, float32) as the fallback.
 DECODE_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -35,15 +33,13 @@ class GPTConfig:
     n_kv_head: int = 0  # key/value heads for grouped-query attention; 0 means n_head
     n_embd: int = 768
     dropout: float = 0.0
-    # bias in Linears and LayerNorms, like GPT-2; False is a bit better and faster
-    bias: bool = True
+    bias: bool = True  # in Linears and LayerNorms, like GPT-2; False is a bit better and faster
     value_mode: str = "vanilla"  # "vanilla" | "resformer" | "svformer"
     # resformer's mix U_n = A_n (lambda_1 V_1 + lambda_2 V_n): the official code's 0.5/0.5; the
     # paper's lambda sweep writes U_n = A_n (V_n + lambda V_1), i.e. lambda_1=lambda, lambda_2=1
     lambda_1: float = 0.5
     lambda_2: float = 0.5
-    # resformer: per-layer (lambda_1, lambda_2) trained, starting from the two values above
-    learnable_lambda: bool = False
+    learnable_lambda: bool = False  # resformer: per-layer lambdas trained, starting from the above
 
     def __post_init__(self):
         if self.value_mode not in VALUE_MODES:
@@ -67,8 +63,7 @@ class GPTConfig:
 
     @property
     def n_value_tensors(self):
-        """Value tensors a KV cache holds: one per layer,
-        or SVFormer's single V_1 for all layers."""
+        """Value tensors a KV cache holds: one per layer, or SVFormer's single V_1 for all."""
         return 1 if self.value_mode == "svformer" else self.n_layer
 
     @classmethod
@@ -79,57 +74,48 @@ class GPTConfig:
 
 
 def kv_cache_bytes(config, batch_size, seq_len, dtype=torch.float32):
-    """Bytes a KVCache for this config needs, by the rule KVCache allocates with
-    (no model needed)."""
+    """Bytes a KVCache for this config allocates (no model needed)."""
     n_tensors = config.n_layer + config.n_value_tensors  # keys for every layer, then the values
     per_tensor = batch_size * config.n_kv_head * seq_len * config.head_dim
     return n_tensors * per_tensor * torch.tensor([], dtype=dtype).element_size()
 
 
 class KVCache:
-    """Preallocated keys for every layer, values only for layers that own a value projection.
-
-    For svformer that is one value tensor for the whole model (layer 1's), so the cache holds
-    n_layer + 1 tensors instead of 2 * n_layer: (L+1)/(2L) of a vanilla cache's bytes.
-    """
+    """Preallocated keys for every layer, values only for layers that own a value projection:
+    for svformer n_layer + 1 tensors instead of 2 * n_layer, (L+1)/(2L) of a vanilla cache."""
 
     def __init__(self, config, batch_size, max_len, device, dtype):
         shape = (batch_size, config.n_kv_head, max_len, config.head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype)
-                       for _ in range(config.n_value_tensors)]
+        self.values = [torch.zeros_like(self.keys[0]) for _ in range(config.n_value_tensors)]
         self.max_len = max_len
         self.length = 0  # tokens stored by every layer
 
     def store(self, layer, k, v):
-        """Write this step's k (and v, unless None) at the current position;
-        return all k, v so far. The last layer's store completes the step."""
+        """Write this step's k (and v unless None) after the stored ones; return all k, v so far."""
         start, end = self.length, self.length + k.size(2)
         self.keys[layer][:, :, start:end] = k
         if v is not None:
             self.values[layer][:, :, start:end] = v
         value_layer = layer if layer < len(self.values) else 0  # svformer: layer 1's value, for all
-        if layer == len(self.keys) - 1:
+        if layer == len(self.keys) - 1:  # the last layer's store completes the step
             self.length = end
         return self.keys[layer][:, :, :end], self.values[value_layer][:, :, :end]
 
     def reset(self):
-        """Empty again (the tensors stay allocated): the next forward fills it from position 0."""
-        self.length = 0
+        self.length = 0  # empty again (the tensors stay allocated): refilled from position 0
 
     def nbytes(self):
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
 
 class CausalSelfAttention(nn.Module):
-
     def __init__(self, config, layer_idx):
         super().__init__()
         self.layer_idx = layer_idx
         self.value_mode = config.value_mode
-        self.n_head, self.n_kv_head, self.head_dim = (
-            config.n_head, config.n_kv_head, config.head_dim)
-        self.kv_dim = config.n_kv_head * config.head_dim
+        self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
+        self.head_dim, self.kv_dim = config.head_dim, config.n_kv_head * config.head_dim
         # svformer: only the first layer projects values; the others reuse V_1 (fewer parameters)
         self.owns_value = config.value_mode != "svformer" or layer_idx == 0
         # one matmul for q, k (and v): output sizes n_embd + kv_dim (+ kv_dim)
@@ -146,8 +132,7 @@ class CausalSelfAttention(nn.Module):
                 self.register_buffer("value_lambdas", lambdas)
 
     def project(self, x):
-        """q: (B, n_head, T, hd); k, v: (B, n_kv_head, T, hd);
-        v is None without a value projection."""
+        """q: (B, n_head, T, hd); k, v: (B, n_kv_head, T, hd); v is None without a projection."""
         B, T, C = x.size()
         parts = self.c_attn(x).split(self.split_sizes, dim=2)
         q = parts[0].view(B, T, self.n_head, self.head_dim).transpose(1, 2)
@@ -157,10 +142,9 @@ class CausalSelfAttention(nn.Module):
         return q, k, v
 
     def forward(self, x, first_value, kv_cache=None):
-        """x (B, T, C); first_value is V_1 (B, n_kv_head, T, hd), None in layer 1.
-        Returns (output (B, T, C), this layer's value (B, n_kv_head, T, hd))."""
+        """x (B, T, C) and V_1 (None in layer 1) -> (output (B, T, C), this layer's value)."""
         B, T, C = x.size()
-        q, k, v = self.project(x)  # q (B, n_head, T, hd); k, v (B, n_kv_head, T, hd)
+        q, k, v = self.project(x)
 
         # The three value modes, in key/value-head space (values get no positional signal).
         if self.layer_idx == 0 or self.value_mode == "vanilla":
@@ -171,12 +155,10 @@ class CausalSelfAttention(nn.Module):
         else:  # svformer
             value = first_value  # U_n = A_n V_1
 
-        if kv_cache is not None:
-            # Values are stored only by layers that own them; svformer's others read layer 1's.
+        attended_value = value
+        if kv_cache is not None:  # values are stored only by layers that own them (svformer: V_1)
             k, attended_value = kv_cache.store(self.layer_idx, k,
                                                value if self.owns_value else None)
-        else:
-            attended_value = value
         # T == 1 decoding attends to the whole cache, so no mask; otherwise causal.
         y = F.scaled_dot_product_attention(q, k, attended_value, is_causal=T > 1,
                                            dropout_p=self.dropout if self.training else 0.0,
@@ -186,7 +168,6 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-
     def __init__(self, config):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
@@ -199,7 +180,6 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-
     def __init__(self, config, layer_idx):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
@@ -215,7 +195,6 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-
     def __init__(self, config):
         super().__init__()
         self.config = config
@@ -229,31 +208,26 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying, as GPT-2
         self.apply(self._init_weights)
-        # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer)
-        # so the residual stream stays O(1)
+        # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer) so the stream stays O(1)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
 
     def _init_weights(self, module):
-        if isinstance(module, nn.Linear):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                torch.nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            torch.nn.init.zeros_(module.bias)
 
     def num_params(self, non_embedding=True):
-        """Parameters; position embeddings left out by default
-        (the token ones are the tied head)."""
+        """Parameters, by default without the position embeddings (the token ones are the head)."""
         n = sum(p.numel() for p in self.parameters())
         return n - self.transformer.wpe.weight.numel() if non_embedding else n
 
     @classmethod
     def from_checkpoint(cls, ckpt, device="cpu"):
-        """A trained model in eval mode from train.py's checkpoint dict (reading the file is
-        shards.load_checkpoint's job):  GPT.from_checkpoint(shards.load_checkpoint("out/ckpt.pt"))
-        """
+        """A trained model in eval mode from train.py's checkpoint dict (read by shards):
+        GPT.from_checkpoint(shards.load_checkpoint("out/ckpt.pt"))"""
         model = cls(GPTConfig(**ckpt["model_args"]))
         model.load_state_dict(ckpt["model"])
         return model.to(device).eval()
@@ -274,19 +248,12 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             x, value = block(x, first_value, kv_cache)
             if first_value is None:
-                # V_1, not detached: every layer's gradient reaches layer 1's W_V
-                first_value = value
+                first_value = value  # V_1, not detached: all layers' gradients reach layer 1's W_V
         x = self.transformer.ln_f(x)
-        if targets is not None:
-            logits = self.lm_head(x)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1),
-                                   ignore_index=-1)
-        else:
-            logits = self.lm_head(x if all_logits else x[:, -1:, :])
-            loss = None
-        return logits, loss
-
-    # ---- KV cache and generation ----
+        if targets is None:
+            return self.lm_head(x if all_logits else x[:, -1:, :]), None
+        logits = self.lm_head(x)
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
 
     def kv_cache_bytes(self, batch_size, seq_len, dtype=torch.float32):
         return kv_cache_bytes(self.config, batch_size, seq_len, dtype)
@@ -303,18 +270,13 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate_tokens(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
                         use_cache=True, kv_cache=None):
-        """Yield (B, 1) next tokens one at a time (for streaming). temperature 0 means greedy.
-
-        With the cache: prefill the prompt once, then feed one token per step. Learned absolute
-        positions mean a full window cannot slide: once the sequence reaches block_size, each
-        step crops the context to the last block_size tokens and refills the cache, exactly what
-        the uncached path (use_cache=False, nanoGPT's recompute) does.
-        """
+        """Yield (B, 1) next tokens one at a time (for streaming); temperature 0 means greedy.
+        Cached: prefill the prompt, then one token per step; learned positions cannot slide, so at
+        block_size each step crops the context and refills the cache (as use_cache=False does)."""
         block_size, (B, T) = self.config.block_size, idx.shape
         if use_cache and kv_cache is None:
             kv_cache = self.new_kv_cache(B)
-        # no per-step cat
-        tokens = torch.empty(B, T + max_new_tokens, dtype=idx.dtype, device=idx.device)
+        tokens = torch.empty(B, T + max_new_tokens, dtype=idx.dtype, device=idx.device)  # no cat
         tokens[:, :T] = idx
         next_input = None
         for end in range(T, T + max_new_tokens):
@@ -335,13 +297,10 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, use_cache=True,
                  kv_cache=None):
-        """Append max_new_tokens tokens to idx (B, T) and return the
-        (B, T + max_new_tokens) result."""
+        """Append max_new_tokens tokens to idx (B, T); return the (B, T + max_new_tokens) result."""
         new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p,
                                         use_cache, kv_cache))
         return torch.cat([idx] + new, dim=1)
-
-    # ---- training helpers ----
 
     def flops_per_token(self, seq_len=None):
         """Training FLOPs per token: 6N for the weights plus 12 * L * C * T for attention (PaLM)."""
@@ -354,17 +313,15 @@ class GPT(nn.Module):
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type,
                              lambda_lr_scale=1.0):
-        """AdamW; weight decay on 2-D weights (matmuls, embeddings) only, not on biases, norms,
-        lambdas. Learned lambdas step at lambda_lr_scale x the learning rate: each scales a whole
-        layer's values, and Adam moves a scalar by about the learning rate per step whatever its
-        gradient. Each group's "lr_scale" multiplies the schedule's lr (train.py)."""
+        """AdamW; weight decay on 2-D weights (matmuls, embeddings) only. Learned lambdas step at
+        lambda_lr_scale x the lr: each scales a whole layer's values, and Adam moves a scalar by
+        about the lr per step whatever its gradient. A group's "lr_scale" scales train.py's lr."""
         params = {name: p for name, p in self.named_parameters() if p.requires_grad}
         lambdas = [p for name, p in params.items() if name.endswith("value_lambdas")]
         rest = [p for name, p in params.items() if not name.endswith("value_lambdas")]
-        groups = [{"params": [p for p in rest if p.dim() >= 2], "weight_decay": weight_decay,
-                   "lr_scale": 1.0},
-                  {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0,
-                   "lr_scale": 1.0}]
+        decay, no_decay = [p for p in rest if p.dim() >= 2], [p for p in rest if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": weight_decay, "lr_scale": 1.0},
+                  {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0}]
         if lambdas:
             groups.append({"params": lambdas, "weight_decay": 0.0, "lr_scale": lambda_lr_scale})
         fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
@@ -373,8 +330,7 @@ class GPT(nn.Module):
 
 
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None):
-    """Pick the next token from (B, vocab) logits: greedy at temperature 0,
-    else top-k/top-p sampling."""
+    """The next token from (B, vocab) logits: greedy at temperature 0, else top-k/top-p sampling."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits / temperature
@@ -383,9 +339,8 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None):
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None and top_p < 1.0:
         sorted_logits, order = torch.sort(logits, descending=True)
-        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-        # smallest set reaching top_p
-        drop_sorted = cumulative - sorted_logits.softmax(dim=-1) > top_p
+        probs = sorted_logits.softmax(dim=-1)
+        drop_sorted = probs.cumsum(dim=-1) - probs > top_p  # keep the smallest set reaching top_p
         drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)  # back to vocab order
         logits = logits.masked_fill(drop, float("-inf"))
     # A draw from softmax(logits) without torch.multinomial, which checks its input with a GPU

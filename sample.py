@@ -1,16 +1,5 @@
-"""
-Sample from a trained model, streaming tokens as they are generated.
-
-    python sample.py                                  # out/ckpt.pt, 10 samples from end-of-text
-    python sample.py --start="ROMEO:" --num_samples=3 --max_new_tokens=200 --top_p=0.9
-    python sample.py --start=FILE:prompt.txt --temperature=0   # greedy continuation of a file
-    python sample.py --use_cache=False                # recompute the whole context every token
-
-The tokenizer is the one the training data was prepared with (recorded in the checkpoint).
-stdout gets only the text; the speed, the KV cache's size (against a vanilla cache of the
-same length: the SVFormer saving) and the share of sampled words that occur in the training
-text go to stderr.
-"""
+"""Sample from a trained model, streaming the text to stdout (usage: README); the speed, the KV
+cache's size against a vanilla cache's and the share of real words in the samples go to stderr."""
 import dataclasses
 import os
 import sys
@@ -40,37 +29,11 @@ USAGE = "usage: python sample.py [--key=value ...]"
 SEPARATOR = "---------------"
 
 
-def read_prompt(start):
-    """The prompt text: --start itself, or the contents of the file named by --start=FILE:path."""
-    if start is None:  # --start=None
-        return ""
-    if not start.startswith("FILE:"):
-        return start
-    path = start[len("FILE:"):]
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no prompt file {path} (from --start=FILE:{path})")
-    with open(path, encoding="utf-8") as f:
-        return f.read()
-
-
-def load_model(out_dir, device):
-    """(model in eval mode, tokenizer, the checkpoint's record of its data) from out_dir/ckpt.pt."""
-    ckpt = shards.load_checkpoint(os.path.join(out_dir, "ckpt.pt"), map_location=device)
-    if "tokenizer" not in ckpt:
-        raise ValueError(f"{out_dir}/ckpt.pt records no tokenizer: "
-                         "re-train it with this version of train.py")
-    trained_on = {"dataset": (ckpt.get("config") or {}).get("dataset"), "data": ckpt.get("data")}
-    return (GPT.from_checkpoint(ckpt, device), shards.get_tokenizer(ckpt["tokenizer"]["tokenizer"]),
-            trained_on)
-
-
-def training_data(trained_on, tokenizer, err):
-    """The directory of the data the model trained on, if it is here and still in the model's
-    tokens (else None, saying why when it matters)."""
-    if not trained_on["dataset"]:
-        return None
-    data_dir = shards.dataset_dir(trained_on["dataset"])
-    if not os.path.isdir(data_dir):
+def training_data(ckpt, tokenizer, err):
+    """The training data's directory if it is here and still in the model's tokens; else None."""
+    dataset = (ckpt.get("config") or {}).get("dataset")
+    data_dir = shards.dataset_dir(dataset) if dataset else None
+    if data_dir is None or not os.path.isdir(data_dir):
         return None  # sampling away from the data: nothing to compare with
     meta = shards.load_meta(data_dir)
     if meta["tokenizer"] != tokenizer.name:
@@ -78,7 +41,7 @@ def training_data(trained_on, tokenizer, err):
               f"trained on {tokenizer.name} tokens: decoding with {tokenizer.name}, as the "
               f"checkpoint records; real words not counted", file=err)
         return None
-    then, now = trained_on["data"], shards.data_identity(data_dir, meta)
+    then, now = ckpt.get("data"), shards.data_identity(data_dir, meta)
     if then and then["sha256"] != now["sha256"]:
         print(f"note: {data_dir} changed since this model trained on it ({shards.describe(then)}; "
               f"now {shards.describe(now)}): real words are counted against the data there now",
@@ -86,7 +49,25 @@ def training_data(trained_on, tokenizer, err):
     return data_dir
 
 
-def check_settings(cfg):
+class StreamDecoder:
+    """Token ids in, text out; ids that decode to a split character wait for the rest of it."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.pending = tokenizer, []
+
+    def push(self, token):
+        self.pending.append(token)
+        waiting = self.tokenizer.decode(self.pending).endswith("\ufffd") and len(self.pending) < 8
+        return "" if waiting else self.flush()
+
+    def flush(self):
+        text, self.pending = self.tokenizer.decode(self.pending), []
+        return text
+
+
+def sample(cfg, out=None, err=None):
+    """Stream samples to out (stdout), a report to err (stderr); return its numbers for tests."""
+    out, err = out or sys.stdout, err or sys.stderr
     if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0:
         raise ConfigError("--num_samples must be >= 1 and --max_new_tokens >= 0")
     if cfg["temperature"] < 0:
@@ -97,96 +78,64 @@ def check_settings(cfg):
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
                               or not 0 < top_p <= 1):
         raise ValueError(f"--top_p must be a number in (0, 1] or None, got {top_p!r}")
-
-
-class StreamDecoder:
-    """Token ids in, printable text out. A multi-byte character can be split across tokens
-    (always possible with bytes, sometimes with BPE): while the decoded text ends in the
-    replacement character, hold the ids back a few tokens in case the next ones complete it."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer, self.pending = tokenizer, []
-
-    def push(self, token):
-        self.pending.append(token)
-        text = self.tokenizer.decode(self.pending)
-        if text.endswith("\ufffd") and len(self.pending) < 8:
-            return ""
-        self.pending = []
-        return text
-
-    def flush(self):
-        text, self.pending = self.tokenizer.decode(self.pending), []
-        return text
-
-
-def sample(cfg, out=None, err=None):
-    """Print num_samples samples to out (streaming; default stdout), a speed and cache report to
-    err (default stderr). Returns {"tokens": [new ids per sample], "tokens_per_sec", "cache_bytes",
-    "vanilla_bytes"} for tests and scripts."""
-    out, err = out or sys.stdout, err or sys.stderr
-    check_settings(cfg)
     device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
-    model, tokenizer, trained_on = load_model(cfg["out_dir"], device)
-    config = model.config
-    data_dir = training_data(trained_on, tokenizer, err)
+    ckpt = shards.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"), map_location=device)
+    if "tokenizer" not in ckpt:
+        raise ValueError(f"{cfg['out_dir']}/ckpt.pt records no tokenizer: "
+                         "re-train it with this version of train.py")
+    model = GPT.from_checkpoint(ckpt, device)
+    tokenizer = shards.get_tokenizer(ckpt["tokenizer"]["tokenizer"])
+    data_dir = training_data(ckpt, tokenizer, err)
+    del ckpt  # the model holds the weights now
+    config, block_size = model.config, model.config.block_size
 
-    # The prompt: empty starts a fresh document (end-of-text);
-    # too long keeps what the model can see.
-    text = read_prompt(cfg["start"])
+    # The prompt: --start or FILE:path; empty starts a fresh document, too long keeps the end.
+    text = cfg["start"] or ""  # --start=None is empty too
+    if text.startswith("FILE:"):
+        path = text[len("FILE:"):]
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no prompt file {path} (from --start=FILE:{path})")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     ids = tokenizer.encode(text) if text else [tokenizer.eot]
-    if len(ids) > config.block_size:
-        print(f"prompt is {len(ids)} tokens, longer than block_size {config.block_size}: "
-              f"keeping its last {config.block_size}", file=err)
-        ids = ids[-config.block_size:]
-        text = tokenizer.decode(ids)
+    if len(ids) > block_size:
+        print(f"prompt is {len(ids)} tokens, longer than block_size {block_size}: "
+              f"keeping its last {block_size}", file=err)
+        ids, text = ids[-block_size:], tokenizer.decode(ids[-block_size:])
     x = torch.tensor([ids], dtype=torch.long, device=device)
 
-    # One sample at a time (batch 1) so each can stream;
-    # seeding once makes the whole run repeatable.
+    # One sample at a time (batch 1) so each can stream; seeding once makes the run repeatable.
     torch.manual_seed(cfg["seed"])
-    results, n_new, seconds, cache = [], 0, 0.0, None
+    results, seconds, cache = [], 0.0, None
     for _ in range(cfg["num_samples"]):
-        out.write(text)
-        out.flush()
-        new = []
-        with autocast:
-            # a fresh cache per sample; made inside autocast so it takes the dtype
-            # the model computes in
+        print(text, end="", file=out, flush=True)
+        new, decoder = [], StreamDecoder(tokenizer)
+        with autocast:  # a fresh cache per sample, made in autocast to take the compute dtype
             cache = model.new_kv_cache(1) if cfg["use_cache"] else None
             t0 = time.perf_counter()
-            tokens = model.generate_tokens(x, cfg["max_new_tokens"], cfg["temperature"],
-                                           cfg["top_k"], cfg["top_p"],
-                                           use_cache=cfg["use_cache"], kv_cache=cache)
-            decoder = StreamDecoder(tokenizer)
-            for t in tokens:
+            for t in model.generate_tokens(x, cfg["max_new_tokens"], cfg["temperature"],
+                                           cfg["top_k"], cfg["top_p"], cfg["use_cache"], cache):
                 new.append(t.item())
-                out.write(decoder.push(new[-1]))
-                out.flush()
-            out.write(decoder.flush())
+                print(decoder.push(new[-1]), end="", file=out, flush=True)
+            print(decoder.flush() + "\n" + SEPARATOR, file=out, flush=True)
             seconds += time.perf_counter() - t0  # includes the prompt's prefill and the printing
-        n_new += len(new)
         results.append(new)
-        out.write("\n" + SEPARATOR + "\n")
-        out.flush()
 
-    # The report: speed, then the cache's real bytes against what a vanilla cache would hold.
+    n_new = sum(len(new) for new in results)
     tokens_per_sec = n_new / seconds if seconds > 0 else float("nan")
     print(f"{config.value_mode}, cache {'on' if cfg['use_cache'] else 'off'}, {device} {dtype}: "
           f"{plural(n_new, 'token')} in {seconds:.2f} s, {tokens_per_sec:.1f} tokens/s", file=err)
-    # The cache is preallocated for a full block, so its bytes are for block_size positions.
-    length, cache_dtype = config.block_size, (cache.keys[0].dtype if cache is not None
-                                              else getattr(torch, dtype))
-    cache_bytes = (cache.nbytes() if cache is not None
-                   else model.kv_cache_bytes(1, length, cache_dtype))
-    vanilla = dataclasses.replace(config, value_mode="vanilla", learnable_lambda=False)
-    vanilla_bytes = kv_cache_bytes(vanilla, 1, length, cache_dtype)
-    n_values = config.n_value_tensors
-    what = "KV cache" if cache is not None else "KV cache off; on, it would take"
-    print(f"{what}: {cache_bytes:,} bytes for {length} positions "
-          f"({config.n_layer} key + {n_values} value tensors, "
-          f"{str(cache_dtype).removeprefix('torch.')}); a vanilla cache: {vanilla_bytes:,} bytes "
-          f"(ratio {cache_bytes / vanilla_bytes:.3f})", file=err)
+    # The cache is preallocated for a full block: its real bytes against a vanilla cache's.
+    what = "KV cache" if cache else "KV cache off; on, it would take"
+    cache_dtype = cache.keys[0].dtype if cache else getattr(torch, dtype)
+    cache_bytes = cache.nbytes() if cache else model.kv_cache_bytes(1, block_size, cache_dtype)
+    vanilla = dataclasses.replace(config, value_mode="vanilla", learnable_lambda=False,
+                                  lambda_1=0.5, lambda_2=0.5)
+    vanilla_bytes = kv_cache_bytes(vanilla, 1, block_size, cache_dtype)
+    print(f"{what}: {cache_bytes:,} bytes for {block_size} positions ({config.n_layer} key + "
+          f"{config.n_value_tensors} value tensors, {str(cache_dtype).removeprefix('torch.')}); "
+          f"a vanilla cache: {vanilla_bytes:,} bytes (ratio {cache_bytes / vanilla_bytes:.3f})",
+          file=err)
     if config.learnable_lambda:  # what training made of the 0.5 / 0.5 start, layer by layer
         lambdas = [block.attn.value_lambdas.tolist() for block in model.transformer.h[1:]]
         print("learned lambdas (lambda_1 on V_1 / lambda_2 on V_n), layers 2-"
@@ -194,11 +143,9 @@ def sample(cfg, out=None, err=None):
     share = None
     if data_dir:  # how many of the sampled words are words of the training text
         vocabulary, scanned = shards.training_vocabulary(data_dir, tokenizer)
-        text = "\n".join(tokenizer.decode([t for t in new if t != tokenizer.eot])
-                         for new in results)
+        text = "\n".join(tokenizer.decode([t for t in s if t != tokenizer.eot]) for s in results)
         share, n_words = shards.real_word_share(text, vocabulary)
-        scope = ("" if scanned < shards.WORD_SCAN_TOKENS
-                 else f" (its first {scanned:,} tokens)")
+        scope = "" if scanned < shards.WORD_SCAN_TOKENS else f" (its first {scanned:,} tokens)"
         print(f"real words: {share:.1%} of the {n_words:,} sampled words occur in the "
               f"training text of {data_dir}{scope}" if n_words else
               "real words: the samples hold no words", file=err)

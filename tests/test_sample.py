@@ -125,6 +125,10 @@ def test_svformer_cache_bytes_reported_against_vanilla(tmp_path):
     vanilla_dir = make_checkpoint(tmp_path / "vanilla", "vanilla", n_layer=n_layer)
     assert run(vanilla_dir, "--num_samples=1", "--max_new_tokens=3")[2]["cache_bytes"] == vanilla
     assert result["cache_bytes"] == svformer
+    # the paper's lambda = 2 mix: the same cache as vanilla, reported as such
+    mix_dir = make_checkpoint(tmp_path / "mix", "resformer", n_layer=n_layer, lambda_1=2.0,
+                              lambda_2=1.0)
+    assert run(mix_dir, "--num_samples=1", "--max_new_tokens=3")[2]["cache_bytes"] == vanilla
 
 
 def test_stream_decoder_joins_split_characters():
