@@ -80,10 +80,10 @@ def sample(cfg, out=None, err=None):
         raise ValueError(f"--top_p must be a number in (0, 1] or None, got {top_p!r}")
     device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
     ckpt = shards.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"), map_location=device)
-    if "tokenizer" not in ckpt:
-        raise ValueError(f"{cfg['out_dir']}/ckpt.pt records no tokenizer: "
-                         "re-train it with this version of train.py")
-    model = GPT.from_checkpoint(ckpt, device)
+    model, run = GPT.from_checkpoint(ckpt, device), ckpt.get("config", {})
+    print(f"loaded {cfg['out_dir']}/ckpt.pt: {model.config.value_mode}, step {ckpt['iter_num']} "
+          f"of max_iters {run.get('max_iters', '?')}, best val loss "
+          f"{ckpt.get('best_val_loss', float('nan')):.4f} (fixed-window estimate)", file=err)
     tokenizer = shards.get_tokenizer(ckpt["tokenizer"]["tokenizer"])
     data_dir = training_data(ckpt, tokenizer, err)
     del ckpt  # the model holds the weights now
@@ -140,17 +140,19 @@ def sample(cfg, out=None, err=None):
         lambdas = [block.attn.value_lambdas.tolist() for block in model.transformer.h[1:]]
         print("learned lambdas (lambda_1 on V_1 / lambda_2 on V_n), layers 2-"
               f"{config.n_layer}: " + ", ".join(f"{a:.2f}/{b:.2f}" for a, b in lambdas), file=err)
-    share = None
+    share = distinct = None
     if data_dir:  # how many of the sampled words are words of the training text
         vocabulary, scanned = shards.training_vocabulary(data_dir, tokenizer)
         text = "\n".join(tokenizer.decode([t for t in s if t != tokenizer.eot]) for s in results)
-        share, n_words = shards.real_word_share(text, vocabulary)
+        share, n_words, distinct = shards.real_word_share(text, vocabulary)
         scope = "" if scanned < shards.WORD_SCAN_TOKENS else f" (its first {scanned:,} tokens)"
-        print(f"real words: {share:.1%} of the {n_words:,} sampled words occur in the "
-              f"training text of {data_dir}{scope}" if n_words else
+        print(f"real words: {share:.1%} of the {n_words:,} sampled words occur in the training "
+              f"text of {data_dir}{scope}\nreal words among the distinct words: {distinct:.1%} "
+              f"(repeating a few real words scores high above, not here)" if n_words else
               "real words: the samples hold no words", file=err)
     return {"tokens": results, "tokens_per_sec": tokens_per_sec, "cache_bytes": cache_bytes,
-            "vanilla_bytes": vanilla_bytes, "real_words": share}
+            "vanilla_bytes": vanilla_bytes, "real_words": share,
+            "distinct_real_words": distinct}
 
 
 def main(argv, out=None, err=None):

@@ -406,7 +406,8 @@ def training_vocabulary(data_dir, tokenizer, limit=WORD_SCAN_TOKENS):
 
 
 def real_word_share(text, vocabulary):
-    """(share of the text's words that are in vocabulary, number of words)."""
-    found = words(text)
-    return (sum(w in vocabulary for w in found) / len(found) if found else float("nan"),
-            len(found))
+    """(share of the text's words that are in vocabulary, number of words, the same share among
+    its distinct words: repeating one real word scores high on the first, not on the last)."""
+    found, distinct = words(text), set(words(text))
+    share = lambda ws: sum(w in vocabulary for w in ws) / len(ws) if ws else float("nan")
+    return share(found), len(found), share(distinct)

@@ -68,6 +68,10 @@ def test_trained_checkpoint_streams_repeatable_samples(trained):
     assert all(len(t) == 20 for t in r1["tokens"])
     assert r1["tokens"][0] != r1["tokens"][1]  # one seed per run, not per sample
     assert "tokens/s" in err1 and "tokens/s" not in out1  # the report stays off stdout
+    # it says what it loaded: the checkpoint, its step of max_iters, its val loss
+    best = load_checkpoint(os.path.join(trained, "ckpt.pt"))["best_val_loss"]
+    assert err1.startswith(f"loaded {trained}/ckpt.pt: resformer, step 2 of max_iters 2, "
+                           f"best val loss {best:.4f} (fixed-window estimate)\n")
 
 
 @pytest.mark.parametrize("value_mode", VALUE_MODES)
@@ -201,7 +205,11 @@ def test_sample_reports_the_share_of_real_words(trained):
     assert result["real_words"] == pytest.approx(share)
     vocabulary, _ = shards.training_vocabulary(data_dir, shards.get_tokenizer("byte"))
     assert {"romeo", "juliet", "window"} <= vocabulary
-    assert shards.real_word_share("Romeo, ROMEO! zzyzx window", vocabulary) == (0.75, 4)
+    assert shards.real_word_share("Romeo, ROMEO! zzyzx window", vocabulary) == (0.75, 4, 2 / 3)
+    # repetition scores high on the share of words, not on the share of distinct words
+    assert shards.real_word_share("I the the the the zzyzx qqq", vocabulary | {"i", "the"})[::2] \
+        == (5 / 7, 0.5)
+    assert f"real words among the distinct words: {100 * result['distinct_real_words']:.1f}%" in err
 
 
 def test_real_words_with_gpt2_tokens(tmp_path, gpt2):
