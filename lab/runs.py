@@ -39,28 +39,28 @@ def read_log(run_dir):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def last_step(run_dir):
-    """The last training step a run has logged (0 before its first), read while it trains."""
-    path = os.path.join(run_dir, "log.jsonl")
-    if not os.path.isfile(path):
-        return 0
-    step = 0
-    with open(path) as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except ValueError:  # a line being written this instant
-                continue
-            if record["kind"] == "train":
-                step = record["iter"]
-    return step
+def last_step(run_dir, with_loss=False):
+    """The last training step a run has logged (0 before its first), read while it trains;
+    with_loss: (step, its training loss or None)."""
+    path, step, loss = os.path.join(run_dir, "log.jsonl"), 0, None
+    if os.path.isfile(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except ValueError:  # a line being written this instant
+                    continue
+                if record["kind"] == "train":
+                    step, loss = record["iter"], record["loss"]
+    return (step, loss) if with_loss else step
 
 
 def progress(todo, running, timing, jobs, left="left", so_far=None):
     """' (4.1 min so far, about 12 min left; running: vanilla_seed1 at 400/800, ...)': so_far,
     the time left at the finished runs' pace (seconds per step, side by side) and where the
     running ones are; '' when there is nothing to say."""
-    steps = {cfg["out_dir"]: last_step(cfg["out_dir"]) for _, cfg, _, _ in running}
+    seen = {cfg["out_dir"]: last_step(cfg["out_dir"], with_loss=True) for _, cfg, _, _ in running}
+    steps = {run: step for run, (step, _) in seen.items()}
     times = [so_far] if so_far else []
     if timing["steps"] and (todo or running):
         steps_left = (sum(cfg["max_iters"] for _, cfg in todo) +
@@ -74,6 +74,7 @@ def progress(todo, running, timing, jobs, left="left", so_far=None):
     if running:
         parts.append("running: " + ", ".join(
             f"{os.path.basename(cfg['out_dir'])} at {steps[cfg['out_dir']]}/{cfg['max_iters']}"
+            + (f" (loss {seen[cfg['out_dir']][1]:.3f})" if seen[cfg["out_dir"]][1] else "")
             for _, cfg, _, _ in running))
     return f" ({'; '.join(parts)})" if parts else ""
 
@@ -84,31 +85,40 @@ def settings_only(cfg):
     return {k: v for k, v in cfg.items() if cfg.get("learnable_lambda") or k != "lambda_lr_scale"}
 
 
+def same_run(cfg, run_dir, theirs):
+    """Whether theirs (the settings a folder's run was made with) are cfg's; other settings are
+    refused in one line naming them, never replaced: that folder holds someone's results."""
+    mine, theirs = settings_only(cfg), settings_only(theirs)
+    differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    if differ:
+        shown = ", ".join(f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} now" for k in differ[:4])
+        raise shards.DataError(f"{run_dir} holds a run with other settings ({shown}"
+                               f"{', ...' if len(differ) > 4 else ''}): delete it, or compare "
+                               f"into another --out_dir")
+    return True
+
+
 def finished(cfg, run_dir):
-    """The run's summary if it finished with exactly these settings, else None."""
+    """The run's summary if it finished (with exactly these settings: others are refused)."""
     path = os.path.join(run_dir, "summary.json")
-    if os.path.isfile(path):
-        with open(path) as f:
-            summary = json.load(f)
-        if summary.get("format") != shards.CHECKPOINT_FORMAT:
-            raise shards.DataError(f"{run_dir} was written by an older version of compare.py: "
-                                   f"delete it, or compare into another --out_dir")
-        if settings_only(summary.get("config") or {}) == settings_only(cfg):
-            return summary
-    return None
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        summary = json.load(f)
+    if summary.get("format") != shards.CHECKPOINT_FORMAT:
+        raise shards.DataError(f"{run_dir} was written by an older version of compare.py: "
+                               f"delete it, or compare into another --out_dir")
+    return summary if same_run(cfg, run_dir, summary.get("config") or {}) else None
 
 
 def command(cfg, run_dir):
-    """The train.py command for one run: resume its checkpoint if it is this run's,
-    else start afresh."""
+    """(the train.py command for one run, whether it resumes): a stopped run of these settings
+    goes on from its checkpoint; one of other settings is refused."""
     args = [sys.executable, TRAIN_PY] + [f"--{k}={v}" for k, v in settings_only(cfg).items()]
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
-    if os.path.isfile(ckpt_path):
-        try:
-            same = settings_only(shards.load_checkpoint(ckpt_path)["config"]) == settings_only(cfg)
-        except (ValueError, KeyError):
-            same = False
-        return args + (["--resume"] if same else ["--overwrite"]), same
+    if os.path.isfile(ckpt_path) and same_run(cfg, run_dir,
+                                              shards.load_checkpoint(ckpt_path)["config"]):
+        return args + ["--resume"], True
     return args, False
 
 
@@ -159,13 +169,14 @@ def run_grid(grid, jobs, samples, quiet_reuse=False, left="left"):
                 print(f"reusing {cfg['out_dir']} (same settings, finished)")
             summaries[key] = {**done, "reused": True}
         else:
+            command(cfg, cfg["out_dir"])  # a folder holding other settings: refused before any run
             todo.append((key, cfg))
     threads = 1 if jobs > 1 else torch.get_num_threads()
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     running, t_start, interrupted, failed = [], time.time(), False, []
     n_total = len(todo)
     # each run's (start time, start step); the finished ones' seconds and steps, for the time left
-    started, timing = {}, {"seconds": 0.0, "steps": 0}
+    started, timing, said = {}, {"seconds": 0.0, "steps": 0}, time.time()
     while running or (todo and not interrupted):
         while todo and len(running) < jobs and not interrupted:
             key, cfg = todo.pop(0)
@@ -175,9 +186,15 @@ def run_grid(grid, jobs, samples, quiet_reuse=False, left="left"):
             print(f"[{n_total - len(todo)}/{n_total}] {cfg['out_dir']}: " +
                   ("resuming from its checkpoint" if resuming else "training") +
                   progress(todo, running, timing, jobs, left), flush=True)
-            started[key] = (time.time(), last_step(cfg["out_dir"]) if resuming else 0)
+            started[key], said = (time.time(), last_step(cfg["out_dir"]) if resuming else 0), time.time()
             running.append((key, cfg, subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                                        env=env), log))
+        if running and time.time() - said > 30:  # a word at least every 30 s while runs train
+            pace = timing if timing["steps"] else {  # before any finished: the running ones' pace
+                "seconds": sum(time.time() - started[k][0] for k, *_ in running),
+                "steps": sum(max(last_step(c["out_dir"]) - started[k][1], 0) for k, c, *_ in running)}
+            print("   " + progress(todo, running, pace, jobs, left), flush=True)
+            said = time.time()
         try:
             time.sleep(0.5)
         except KeyboardInterrupt:  # train.py got the Ctrl-C too: each saves at its next step

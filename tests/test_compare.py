@@ -44,7 +44,8 @@ def test_tiny_comparison_writes_everything(data_dir, tmp_path, capsys):
     assert len(lines) == 20 and lines[-1].startswith("    done")
     first_done = next(i for i, line in enumerate(lines) if "done" in line)
     left = r"(about \d+ min|under a minute) left"
-    running = r"running: [\w.=-]+ at \d/[12](, [\w.=-]+ at \d/[12])?"
+    run = r"[\w.=-]+ at \d/[12]( \(loss \d+\.\d+\))?"
+    running = rf"running: {run}(, {run})?"
     for line in lines[first_done:-1]:
         assert re.search(rf"\({left}(; {running})?\)$" if line.startswith("[") else
                          rf"\(\d+\.\d min so far, {left}(; {running})?\)$", line), line
@@ -95,14 +96,14 @@ def test_time_left_counts_the_steps_left_at_the_finished_runs_pace(tmp_path):
     grid = [{"out_dir": str(tmp_path / name), "max_iters": 800} for name in ("a", "b", "c")]
     os.makedirs(grid[2]["out_dir"])
     with open(os.path.join(grid[2]["out_dir"], "log.jsonl"), "w") as f:
-        f.write('{"kind": "config", "iter": 0}\n{"kind": "train", "iter": 400}\n'
+        f.write('{"kind": "config", "iter": 0}\n{"kind": "train", "iter": 400, "loss": 2.3456}\n'
                 '{"kind": "eval", "iter": 400}\n{"kind": "tra')  # a line being written
     todo, running = [(None, grid[0]), (None, grid[1])], [(None, grid[2], None, None)]
     timing = {"seconds": 200.0, "steps": 1600}
     assert runs.progress(todo, running, timing, jobs=2) == (
-        " (about 2 min left; running: c at 400/800)")
+        " (about 2 min left; running: c at 400/800 (loss 2.346))")
     assert runs.progress([], running, timing, 2, "left in this round") == (
-        " (under a minute left in this round; running: c at 400/800)")
+        " (under a minute left in this round; running: c at 400/800 (loss 2.346))")
     assert runs.progress(todo, [], {"seconds": 0.0, "steps": 0}, 2) == ""  # nothing known yet
 
 
@@ -129,9 +130,11 @@ def test_interrupted_run_resumes_from_its_checkpoint(data_dir, tmp_path):
     first_half = subprocess.run(runs.command(dict(cfg, max_iters=1), cfg["out_dir"])[0],
                                 capture_output=True, text=True)
     assert first_half.returncode == 0, first_half.stderr  # a checkpoint at step 1, with max_iters=1
-    # the same run, but its settings say max_iters=2: the checkpoint is not this run's
-    # -> starts afresh
-    assert runs.command(cfg, cfg["out_dir"])[1] is False
+    # the same folder, but its settings say max_iters=2: the checkpoint is not this run's:
+    # refused in one line naming the setting, never replaced
+    with pytest.raises(ValueError, match=r"holds a run with other settings \(max_iters: 1 there, "
+                                         r"2 now\): delete it, or compare into another --out_dir"):
+        runs.command(cfg, cfg["out_dir"])
     # a checkpoint of exactly this run (as Ctrl-C leaves it) is resumed
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
     ckpt = torch.load(ckpt_path, weights_only=False)
@@ -309,7 +312,9 @@ def test_a_run_of_an_older_version_is_refused_in_one_line(tmp_path):
     os.makedirs(cfg["out_dir"])
     runs.write_summary(cfg["out_dir"], {"config": cfg, "status": "done"})
     assert runs.finished(cfg, cfg["out_dir"])["status"] == "done"
-    assert runs.finished(dict(cfg, n_layer=3), cfg["out_dir"]) is None
+    with pytest.raises(ValueError, match=r"holds a run with other settings \(n_layer: 16 there, "
+                                         r"3 now\)"):  # never replaced
+        runs.finished(dict(cfg, n_layer=3), cfg["out_dir"])
     with open(os.path.join(cfg["out_dir"], "summary.json"), "w") as f:
         json.dump({"config": cfg, "status": "done"}, f)  # no format: an older version's
     with pytest.raises(ValueError, match="written by an older version of compare.py: delete it"):
