@@ -64,8 +64,8 @@ COMPARE_SETTINGS = dict(
                  "own best and (the paper's protocol) all at vanilla's best"),
     tune_lrs=("6e-3,8.5e-3,1.2e-2,1.7e-2,2.4e-2",
               "--tune: starting grid of peak learning rates (min_lr follows the preset's ratio)"),
-    tune_seeds=("1,2", "--tune: seeds of the search (a count from 1, or a list); "
-                       "never the reported --seeds"),
+    tune_seeds=("1,2,3,4", "--tune: seeds of the search (a count from 1, or a list); never the "
+                           "reported --seeds; 4 so that one seed stalling moves the mean"),
     tune_extend=(4, "--tune: at most this many learning rates added beyond each end of the grid"),
     lrs=("", "each variant's own peak lr, e.g. vanilla=1.2e-2,svformer=8.5e-3 (what --tune "
              "prints; min_lr follows); variants not named train at learning_rate; --lrs= "
@@ -381,10 +381,13 @@ def main(argv):
     unique = {}  # a run two protocols share (vanilla at its best lr) trains once
     for key, run in grid:
         unique.setdefault(run["out_dir"], (key, run))
-    print(f"{plural(len(unique), 'run')} ({plural(len(modes), 'variant')} x "
-          f"{plural(len(seeds), 'seed')} x "
-          f"{plural(max(len(points), 1), 'protocol' if cfg['tune'] else 'point')}), "
-          f"{jobs} at a time, in {root}", flush=True)
+    fair = len(modes) * len(seeds) * (1 if cfg["tune"] else max(len(points), 1))
+    shape = (f"{plural(len(modes), 'variant')} x {plural(len(seeds), 'seed')}"
+             + (f" x {plural(len(points), 'point')}" if points and not cfg["tune"] else "")
+             + (" at their own best lr" if cfg["tune"] else "")
+             + (f", and {len(unique) - fair} at vanilla's best lr: the paper's protocol"
+                if len(unique) > fair else ""))
+    print(f"{plural(len(unique), 'run')} ({shape}), {jobs} at a time, in {root}", flush=True)
     done, interrupted, failed = run_grid(list(unique.values()), jobs, cfg["analysis_samples"])
     if interrupted:
         return stopped(root)
@@ -399,8 +402,12 @@ def main(argv):
             "seeds": seeds, "hardware": hardware(device), "jobs": jobs,
             "wall_min": (time.time() - t_start) / 60,
             "runs": len(unique), "reused": reused, "given": given}
-    if cfg["lrs"] and not search:
-        info["peak_lrs"] = {n: o.get("learning_rate", cfg["learning_rate"]) for n, o in modes}
+    if not search:  # what every table describes: each variant's peak lr, and which point
+        first = points[0][1] if points else {}  # (a variant's own settings win over a point's)
+        info["peak_lrs"] = {n: o.get("learning_rate", first.get("learning_rate",
+                                                                cfg["learning_rate"]))
+                            for n, o in modes}
+        info["point"] = points[0][0] if points else None
     if search:
         info.update(tune_seeds=parse_seeds(cfg["tune_seeds"], 1), best_lrs=best)
     tables.write_tables(root, results, sweep, info, search)

@@ -15,6 +15,11 @@ from configurator import plural
 from .analysis import bracketed, lr_range, size_sweep, verdict
 
 
+def fmt_mean(mean, std, n):
+    """'1.9087 ± 0.0123' over several seeds; one seed has no spread to show."""
+    return f"{mean:.4f}" if n < 2 else f"{mean:.4f} ± {std:.4f}"
+
+
 def fmt_interval(stats):
     return ("-" if stats["interval"] is None
             else f"[{stats['interval'][0]:+.4f}, {stats['interval'][1]:+.4f}]")
@@ -55,9 +60,15 @@ def write_tables(root, results, sweep, info, search=None):
              "Each variant at its own best peak learning rate (" +
              ", ".join(f"{n} {lr:g}" for n, lr in info["best_lrs"].items()) +
              f"), found on the search seeds {info['tune_seeds']}; the search is below.\n")
-    if "peak_lrs" in info:  # --lrs: each at its own peak lr, from an earlier --tune
+    if "peak_lrs" in info and len(set(info["peak_lrs"].values())) == 1:
+        tuned = (f"Every variant at one shared peak learning rate, "
+                 f"{next(iter(info['peak_lrs'].values())):g} (the paper's protocol).\n")
+    elif "peak_lrs" in info:  # --lrs: each at its own peak lr, from an earlier --tune
         tuned = ("Each variant at its own peak learning rate (" + ", ".join(
             f"{n} {lr:g}" for n, lr in info["peak_lrs"].items()) + "; --lrs).\n")
+    if info.get("point"):
+        tuned += (f"\nThe tables and pictures before the sweep's describe its first point, "
+                  f"`{info['point']}`; the sweep table at the end has every point.\n")
     paired = "vanilla" in results  # without vanilla there is nothing to pair with
     md = ["# Value residual comparison\n",
           f"`{info['command']}` — {info['hardware']}, {plural(info['jobs'], 'run')} side "
@@ -75,7 +86,7 @@ def write_tables(root, results, sweep, info, search=None):
                  [", ".join(f"{d:+.4f}" for d in p["differences"]), f"{p['mean']:+.4f}",
                   fmt_interval(p), f"{p['wins']} of {p['n']}", verdict(p)])
         md.append(f"| {name} | {r['num_params'] / 1e6:.3f}M | {r['total_tokens'] / 1e6:.2f}M | "
-                  f"{r['val_loss_mean']:.4f} ± {r['val_loss_std']:.4f} |" +
+                  f"{fmt_mean(r['val_loss_mean'], r['val_loss_std'], len(r['seeds']))} |" +
                   "".join(f" {c} |" for c in cells))
     if "vanilla" in results:
         md.append("\nIn-run crossing (labelled as such: with a cosine schedule it is not the "
@@ -100,7 +111,7 @@ def write_tables(root, results, sweep, info, search=None):
                "|---" * (len(results) + 1) + "|"]
         for layer in range(max(len(r[key]) for r in results.values())):
             md.append(f"| {layer + 1} | " +
-                      " | ".join(f"{r[key][layer]:.4f} ± {r[key + '_std'][layer]:.4f}"
+                      " | ".join(fmt_mean(r[key][layer], r[key + "_std"][layer], len(r["seeds"]))
                                  if layer < len(r[key]) else "-" for r in results.values()) +
                       " |")
     learned = {n: r["lambdas"] for n, r in results.items() if "lambdas" in r}
@@ -114,7 +125,8 @@ def write_tables(root, results, sweep, info, search=None):
     if sweep and not paired:
         md += ["\n## Sweep: val loss at each point (no vanilla to compare with)\n",
                "| point | variant | val loss (mean ± std) |", "|---|---|---|"]
-        md += [f"| {point} | {name} | {r['val_loss_mean']:.4f} ± {r['val_loss_std']:.4f} |"
+        md += [f"| {point} | {name} | "
+               f"{fmt_mean(r['val_loss_mean'], r['val_loss_std'], len(r['seeds']))} |"
                for point, point_results in sweep.items() for name, r in point_results.items()]
     elif sweep:
         md += ["\n## The paper's protocol: every variant at vanilla's best learning rate\n"

@@ -331,9 +331,10 @@ def test_one_variant_without_vanilla_shorter_than_log_interval(data_dir, tmp_pat
     assert compare.main(args + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1",
                                 "--less_data=0", "--modes=resformer"]) == 0
     printed = capsys.readouterr().out
-    assert f"1 run (1 variant x 1 seed x 1 point), 2 at a time, in {out}" in printed
+    assert f"1 run (1 variant x 1 seed), 2 at a time, in {out}" in printed
     md = (out / "results.md").read_text()
     assert "vanilla" not in md and "nan" not in md and "| resformer | " in md
+    assert "± 0.0000" not in md and "one shared peak learning rate" in md  # one seed: no spread
     summary = json.load(open(out / "resformer_seed1337" / "summary.json"))
     assert math.isfinite(summary["tokens_per_sec"]) and summary["tokens_per_sec"] > 0
     assert (out / "attention_maps.png").is_file() == _has_matplotlib()
@@ -388,7 +389,8 @@ def test_sweep_reports_the_paired_difference_at_each_point(data_dir, tmp_path):
     for point in sweep.values():
         assert point["resformer"]["paired"]["n"] == 1 and "paired" not in point["vanilla"]
     assert len(sweep["n_layer=3_max_iters=1"]["resformer"]["attention_entropy"]) == 3
-    assert "## Sweep" in (out / "results.md").read_text()
+    md = (out / "results.md").read_text()
+    assert "## Sweep" in md and "describe its first point, `n_layer=1_max_iters=2`" in md
     assert (out / "sweep.png").is_file() == _has_matplotlib()
 
 
@@ -442,7 +444,8 @@ def fake_runs(optimum, calls):
     return run_grid
 
 
-def test_tune_brackets_each_variant_and_compares_at_each_optimum(data_dir, tmp_path, monkeypatch):
+def test_tune_brackets_each_variant_and_compares_at_each_optimum(data_dir, tmp_path, monkeypatch,
+                                                                capsys):
     calls = []
     monkeypatch.setattr(compare, "run_grid", fake_runs({"vanilla": 0.01, "resformer": 0.02},
                                                        calls))
@@ -450,6 +453,9 @@ def test_tune_brackets_each_variant_and_compares_at_each_optimum(data_dir, tmp_p
     assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--tune",
                                 "--tune_lrs=1e-3,2e-3,4e-3", "--tune_seeds=1,2", "--seeds=5,6",
                                 "--modes=vanilla,resformer", "--less_data=0.5"]) == 0
+    # the count and its factors agree; the paper's protocol's runs are named as extra
+    assert ("10 runs (3 variants x 2 seeds at their own best lr, and 4 at vanilla's best lr: "
+            "the paper's protocol)") in capsys.readouterr().out
     results = json.load(open(tmp_path / "results.json"))
     search = {n: {float(lr): v for lr, v in by_lr.items()}
               for n, by_lr in results["lr_search"].items()}
