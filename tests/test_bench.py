@@ -2,6 +2,7 @@
 Run: python -m pytest -q test_bench.py"""
 import json
 import os
+import re
 
 import pytest
 
@@ -164,3 +165,15 @@ def test_training_only_settings_are_not_bench_settings(capsys):
     bench.main([os.path.join(HERE, "config", "gpt2_124m.py"), "--parts=cache", "--json_out=",
                 "--threads=1", "--device=cpu", "--kv_heads=12"])
     assert ", 1 thread\n" in capsys.readouterr().out
+
+
+def test_a_long_cpu_run_says_what_it_times_and_roughly_how_long():
+    def plan(argv):
+        cfg = bench.resolve(bench.parse_args(bench.SETTINGS, argv, bench.USAGE, bench.UNUSED))
+        return bench.plan(cfg, "cpu")
+    gpt2 = plan([os.path.join(HERE, "config", "gpt2_124m.py")])
+    assert "3 + 20 training steps of 4 x " in gpt2 and "decoding 32 tokens" in gpt2
+    assert re.search(r"on this CPU that is roughly [\d,]+ min: at this size bench.py is meant "
+                     r"for a GPU", gpt2), gpt2
+    assert "meant for a GPU" not in plan(TINY) and "meant for a GPU" not in plan(
+        [os.path.join(HERE, "config", "gpt2_124m.py"), "--parts=cache"])
