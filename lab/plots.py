@@ -29,7 +29,7 @@ def save(plt, fig, path):
     for ax in fig.axes:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, framealpha=0.9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -63,10 +63,10 @@ def write_all(root, results, sweep, maps, search=None):
     written = [loss_figure(plt, root, results)] + ([lr_figure(plt, root, search)] if search else [])
     # each band stays inside what the measure can be: entropy >= 0, a cosine in [-1, 1]
     for key, ylabel, note, (low, high) in (
-            ("attention_entropy", "entropy of attention received (nats)",
-             "higher = less concentrated", (0, np.inf)),
-            ("similarity", "mean pairwise cosine similarity", "higher = more over-smoothed",
-             (-1, 1))):
+            ("attention_entropy", "how widely attention is spread\n(entropy of attention received, nats)",
+             "higher = attention spread over more tokens", (0, np.inf)),
+            ("similarity", "how alike the tokens' hidden states are\n(mean pairwise cosine)",
+             "higher = tokens more alike, over-smoothed", (-1, 1))):
         fig, ax = plt.subplots(figsize=(6, 4))
         for name, r in results.items():
             layers, mean, std = (np.arange(1, len(r[key]) + 1), np.array(r[key]),
@@ -75,8 +75,8 @@ def write_all(root, results, sweep, maps, search=None):
             ax.fill_between(layers, np.clip(mean - std, low, high), np.clip(mean + std, low, high),
                             color=line.get_color(), alpha=0.15)
         layer_axis(plt, ax, max(len(r[key]) for r in results.values()))
-        ax.set(ylabel=ylabel,
-               title=f"{key.replace('_', ' ')} per layer ({note}; band = ±1 std over seeds)")
+        ax.set(ylabel=ylabel, title=f"{key.replace('_', ' ').capitalize()} per layer: {note} "
+                                    f"(band = ±1 std over seeds)")
         ax.title.set_fontsize(9)
         written.append(save(plt, fig, os.path.join(root, f"{key}.png")))
     learned = {n: np.array(r["lambdas"]) for n, r in results.items() if "lambdas" in r}
@@ -86,6 +86,7 @@ def write_all(root, results, sweep, maps, search=None):
             layers = np.arange(2, len(lambdas) + 2)
             ax.plot(layers, lambdas[:, 0], marker="o", label=f"{name}: lambda_1 (V_1)")
             ax.plot(layers, lambdas[:, 1], marker="s", label=f"{name}: lambda_2 (V_n)")
+        ax.axhline(0.5, color="gray", ls="--", lw=1, label="the start: 0.5 (the official mix)")
         layer_axis(plt, ax, len(next(iter(learned.values()))) + 1)
         ax.set(ylabel="learned lambda", title="Learned value-residual lambdas (init 0.5 / 0.5)")
         written.append(save(plt, fig, os.path.join(root, "lambdas.png")))
@@ -126,7 +127,15 @@ def loss_figure(plt, root, results):
                 paired = np.array(paired)
                 bottom.plot(tokens[:steps][keep[:steps]], paired.mean(0)[keep[:steps]],
                             marker="o", ms=2, color=line.get_color(), label=name)
-    top.set(ylabel="val loss", title="Val loss (fixed windows; mean over seeds, band = min-max)")
+    # the y-axis starts where the curves become comparable: the first evaluations (loss 4-7,
+    # before the early plateau) would squash the plateau and the gap a class should look at
+    means = [np.array(r["curves"]).mean(0)[np.array(r["tokens"]) > 0] for r in results.values()]
+    low = min(m.min() for m in means)
+    high = max(m[min(2, len(m) - 1)] for m in means)  # from the third evaluation on
+    if high > low:
+        top.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
+    top.set(ylabel="val loss (nats per token)",
+            title="Val loss (fixed windows; mean over seeds, band = min-max; lower is better)")
     tokens_axis(top)
     if bottom is not None:
         top.set_xlabel("")

@@ -99,8 +99,10 @@ def test_bands_stay_within_what_the_measure_can_be(tmp_path, figures, n_layer):
     """Issue 22: the +-1 std band of the similarity went above 1, the largest cosine."""
     plots.write_all(str(tmp_path), made_up_results(n_layer), {}, {})
     by_label = {ax.get_ylabel(): ax for fig in figures for ax in fig.axes}
-    for label, (low, high) in (("mean pairwise cosine similarity", (-1, 1)),
-                               ("entropy of attention received (nats)", (0, np.inf))):
+    for label, (low, high) in (("how alike the tokens' hidden states are\n(mean pairwise cosine)",
+                                (-1, 1)),
+                               ("how widely attention is spread\n(entropy of attention received, "
+                                "nats)", (0, np.inf))):
         ax = by_label[label]
         assert ax.get_xticks().tolist() == list(range(1, n_layer + 1))
         for band in ax.collections:
@@ -111,17 +113,31 @@ def test_bands_stay_within_what_the_measure_can_be(tmp_path, figures, n_layer):
 def test_token_axes_read_in_units(tmp_path, figures):
     """Issue 22: the token axis showed a '1e6' offset instead of readable units."""
     plots.write_all(str(tmp_path), made_up_results(4), {}, {})
-    loss = next(fig for fig in figures if fig.axes[0].get_ylabel() == "val loss")
+    loss = next(fig for fig in figures if fig.axes[0].get_ylabel() == "val loss (nats per token)")
     for ax in loss.axes:
         shown = ax.xaxis.get_major_formatter()
         assert [shown(x, 0) for x in (0, 800_000, 1_638_400, 2e9)] == ["0", "800k", "1.64M", "2B"]
     assert plots.token_units(1.6e6) == "1.6M"
 
 
+def test_the_loss_axis_starts_where_curves_compare_and_lambdas_show_their_start(tmp_path,
+                                                                                figures):
+    """The first evaluations (loss ~5 here) would squash the part a class should look at."""
+    results = made_up_results(4)
+    results["resformer"]["lambdas"] = [[0.6, 0.4]] * 3
+    plots.write_all(str(tmp_path), results, {}, {})
+    loss = next(fig for fig in figures if fig.axes[0].get_ylabel() == "val loss (nats per token)")
+    first = max(np.mean(r["curves"], axis=0)[1] for r in results.values())  # about 4.8
+    low, high = loss.axes[0].get_ylim()
+    assert high < first - 0.3 and low < min(np.min(r["curves"]) for r in results.values())
+    lambdas = next(fig for fig in figures if fig.axes[0].get_ylabel() == "learned lambda")
+    assert any(list(line.get_ydata()) == [0.5, 0.5] for line in lambdas.axes[0].lines)
+
+
 def test_without_vanilla_the_loss_picture_has_no_difference_panel(tmp_path, figures):
     plots.write_all(str(tmp_path), made_up_results(4, ("resformer", "svformer")), {},
                     made_up_maps(4, ("resformer", "svformer")))
-    loss = next(fig for fig in figures if fig.axes[0].get_ylabel() == "val loss")
+    loss = next(fig for fig in figures if fig.axes[0].get_ylabel() == "val loss (nats per token)")
     assert len(loss.axes) == 1
     texts = [ax.get_title() + ax.get_ylabel() for fig in figures for ax in fig.axes]
     assert not any("vanilla" in t for t in texts)
