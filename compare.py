@@ -43,7 +43,7 @@ import shards
 from configurator import (ConfigError, defaults_of, given_keys, load_config, parse_args,
                           parse_list, plural, run_main)
 from lab import plots, tables
-from lab.analysis import crossing, internals, next_lr, paired_stats, round_lr
+from lab.analysis import crossing, escape, internals, next_lr, paired_stats, round_lr
 from lab.runs import final_loss, finished, heldout_windows, run_grid
 from model import GPT
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, decay_end
@@ -67,6 +67,8 @@ COMPARE_SETTINGS = dict(
     tune_seeds=("1,2,3,4", "--tune: seeds of the search (a count from 1, or a list); never the "
                            "reported --seeds; 4 so that one seed stalling moves the mean"),
     tune_extend=(4, "--tune: at most this many learning rates added beyond each end of the grid"),
+    escape_loss=(2.9, "the early plateau's exit: a run has left it when its fixed-window val loss "
+                      "first falls below this (nats per token; 2.9 suits byte-level text; 0: off)"),
     lrs=("", "each variant's own peak lr, e.g. vanilla=1.2e-2,svformer=8.5e-3 (what --tune "
              "prints; min_lr follows); variants not named train at learning_rate; --lrs= "
              "trains all at learning_rate (the paper's protocol); --tune ignores it"),
@@ -286,9 +288,9 @@ def add_less_data(modes, cfg):
 
 # ---- results ----
 
-def per_mode(summaries, names, seeds, point):
-    """For each variant: per-seed final losses and curves, and its paired statistics
-    against vanilla."""
+def per_mode(summaries, names, seeds, point, escape_loss=0.0):
+    """For each variant: per-seed final losses and curves, when each left the early plateau
+    (escape_loss), and the paired statistics of both against vanilla."""
     results = {}
     for name in names:
         runs = {s: summaries[name, s, point] for s in seeds
@@ -310,6 +312,8 @@ def per_mode(summaries, names, seeds, point):
             r[key], r[key + "_std"] = (per_seed.mean(axis=0).tolist(),
                                        (per_seed.std(axis=0, ddof=1) if len(runs) > 1
                                         else 0 * per_seed[0]).tolist())
+        if escape_loss:
+            r["escape"] = [escape(run["evals"], escape_loss) for run in runs.values()]
         lambdas = [run["evals"][-1].get("lambdas") for run in runs.values()]
         if all(lambdas):
             # per layer (lambda_1, lambda_2)
@@ -327,6 +331,12 @@ def per_mode(summaries, names, seeds, point):
                 r["crossing_tokens"] = [crossing(r["tokens"], r["curves"][i],
                                                  base["curves"][base["seeds"].index(s)][-1])
                                         for i, s in enumerate(r["seeds"]) if s in base["seeds"]]
+            if pairs and escape_loss:
+                def left(res, i):  # a run still on the plateau counts at its last tokens
+                    return res["escape"][i][1] if res["escape"][i] else res["tokens"][-1]
+                r["escape_paired"] = paired_stats(
+                    [left(r, i) - left(base, base["seeds"].index(s))
+                     for i, s in enumerate(r["seeds"]) if s in base["seeds"]])
     return results
 
 
@@ -394,14 +404,17 @@ def main(argv):
     summaries = {key: done[unique[run["out_dir"]][0]] for key, run in grid
                  if unique[run["out_dir"]][0] in done}
     names = [n for n, _ in modes]
-    results = per_mode(summaries, names, seeds, "" if cfg["tune"] or not points else points[0][0])
-    sweep = {p: per_mode(summaries, names, seeds, p) for p, _ in points} if points else {}
+    results = per_mode(summaries, names, seeds, "" if cfg["tune"] or not points else points[0][0],
+                       cfg["escape_loss"])
+    sweep = ({p: per_mode(summaries, names, seeds, p, cfg["escape_loss"]) for p, _ in points}
+             if points else {})
     reused = sum(1 for s in done.values() if s.get("reused"))
     given = sorted(given_keys(argv[1:] if argv and argv[0] == DEFAULT_PRESET else argv))
     info = {"command": "python compare.py" + "".join(" " + a for a in argv if a != DEFAULT_PRESET),
             "seeds": seeds, "hardware": hardware(device), "jobs": jobs,
             "wall_min": (time.time() - t_start) / 60,
-            "runs": len(unique), "reused": reused, "given": given}
+            "runs": len(unique), "reused": reused, "given": given,
+            "escape_loss": cfg["escape_loss"]}
     if not search:  # what every table describes: each variant's peak lr, and which point
         first = points[0][1] if points else {}  # (a variant's own settings win over a point's)
         info["peak_lrs"] = {n: o.get("learning_rate", first.get("learning_rate",
@@ -412,7 +425,8 @@ def main(argv):
         info.update(tune_seeds=parse_seeds(cfg["tune_seeds"], 1), best_lrs=best)
     tables.write_tables(root, results, sweep, info, search)
     pictures = plots.write_all(root, results, sweep,
-                               attention_map_data(grid, summaries, list(results)), search)
+                               attention_map_data(grid, summaries, list(results)), search,
+                               cfg["escape_loss"])
     print(open(os.path.join(root, "results.md")).read())
     print("wrote " + ", ".join([os.path.join(root, "results.md"),
                                 os.path.join(root, "results.json")] + pictures))

@@ -61,6 +61,13 @@ def crossing(tokens, losses, target):
     return None
 
 
+def escape(evals, threshold):
+    """(step, tokens) of the first evaluation whose fixed-window val loss is below threshold:
+    when a run left the early plateau (unigram/bigram statistics, before attention uses the
+    context); None if it never did."""
+    return next(([e["iter"], e["tokens"]] for e in evals if e["val_loss"] < threshold), None)
+
+
 # ---- fewer parameters: loss against model size ----
 
 def param_saving(vanilla, variant, draws=2000):

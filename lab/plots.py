@@ -55,12 +55,12 @@ def layer_axis(plt, ax, n_layer):
     ax.set_xticks(range(1, n_layer + 1))
 
 
-def write_all(root, results, sweep, maps, search=None):
+def write_all(root, results, sweep, maps, search=None, escape_loss=0.0):
     """Every picture compare.py makes; returns the paths written."""
     plt = pyplot()
     if plt is None:
         return []
-    written = [loss_figure(plt, root, results)] + ([lr_figure(plt, root, search)] if search else [])
+    written = [loss_figure(plt, root, results, escape_loss)] + ([lr_figure(plt, root, search)] if search else [])
     # each band stays inside what the measure can be: entropy >= 0, a cosine in [-1, 1]
     for key, ylabel, note, (low, high) in (
             ("attention_entropy", "how widely attention is spread\n(entropy of attention received, nats)",
@@ -100,9 +100,10 @@ def write_all(root, results, sweep, maps, search=None):
     return written
 
 
-def loss_figure(plt, root, results):
-    """Val loss against tokens (mean over seeds, min-max band), and with vanilla a second panel:
-    the paired difference to vanilla at each evaluation, so close curves stay readable."""
+def loss_figure(plt, root, results, escape_loss=0.0):
+    """Val loss against tokens (mean over seeds, min-max band; a triangle where the variant left
+    the early plateau, on average), and with vanilla a second panel: the paired difference to
+    vanilla at each evaluation, so close curves stay readable."""
     base = results.get("vanilla")
     if base is None:
         fig, top = plt.subplots(figsize=(6, 4))
@@ -116,6 +117,11 @@ def loss_figure(plt, root, results):
         line, = top.plot(tokens[keep], curves.mean(0)[keep], marker="o", ms=2, label=name)
         top.fill_between(tokens[keep], curves.min(0)[keep], curves.max(0)[keep],
                          color=line.get_color(), alpha=0.2)
+        left = [e[1] for e in r.get("escape", []) if e]
+        if escape_loss and left:
+            top.plot([np.mean(left)], [escape_loss], marker="v", ms=9, color=line.get_color(),
+                     ls="none", label=f"{name} leaves the plateau ({len(left)} of "
+                                      f"{len(r['escape'])} seeds)")
         if base is not None and name != "vanilla":
             # a shorter variant: its own points, vanilla's same tokens
             steps = min(len(tokens), len(base["tokens"]))
@@ -131,9 +137,11 @@ def loss_figure(plt, root, results):
     # before the early plateau) would squash the plateau and the gap a class should look at
     means = [np.array(r["curves"]).mean(0)[np.array(r["tokens"]) > 0] for r in results.values()]
     low = min(m.min() for m in means)
-    high = max(m[min(2, len(m) - 1)] for m in means)  # from the third evaluation on
+    high = max([m[min(2, len(m) - 1)] for m in means] + [escape_loss])  # from the third on
     if high > low:
         top.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
+    if escape_loss:
+        top.axhline(escape_loss, color="gray", ls=":", lw=1)
     top.set(ylabel="val loss (nats per token)",
             title="Val loss (fixed windows; mean over seeds, band = min-max; lower is better)")
     tokens_axis(top)

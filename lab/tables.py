@@ -99,6 +99,21 @@ def write_tables(root, results, sweep, info, search=None):
                 shown = ", ".join("never" if c is None else f"{c / total:.0%}"
                                   for c in r["crossing_tokens"])
                 md.append(f"- {name}: {shown}")
+    if any("escape" in r for r in results.values()):
+        md += [f"\n## Leaving the early plateau (fixed-window val loss below "
+               f"{info['escape_loss']:g})\n",
+               "The step at which each run's val loss first fell below it, per seed (never: "
+               "still on the plateau at the end). Paired: variant - vanilla in tokens, negative = "
+               "left sooner; a run that never left counts at its last tokens (a lower bound).\n",
+               "| variant | step per seed | mean diff (tokens) | 95% interval | sooner |",
+               "|---|---|---|---|---|"]
+        for name, r in results.items():
+            p = r.get("escape_paired")
+            cells = (["-"] * 3 if not p else [
+                f"{p['mean']:+,.0f}", "-" if p["interval"] is None else
+                f"[{p['interval'][0]:+,.0f}, {p['interval'][1]:+,.0f}]", f"{p['wins']} of {p['n']}"])
+            md.append(f"| {name} | " + ", ".join("never" if e is None else str(e[0])
+                                               for e in r["escape"]) + " | " + " | ".join(cells) + " |")
     md += ["\n| variant | KV cache B/token | train tokens/s (per run) |", "|---|---|---|"]
     for n, r in results.items():
         speed = f"{r['tokens_per_sec']:,.0f}" if np.isfinite(r["tokens_per_sec"]) else "-"

@@ -437,11 +437,47 @@ def fake_runs(optimum, calls):
             summaries[key] = {
                 "status": "diverged" if lr > 8 * best else "done",
                 "val_loss_full": None if lr > 8 * best else loss, "config": cfg,
-                "evals": [{"tokens": 0, "val_loss": 5.0}, {"tokens": 10, "val_loss": loss}],
+                "evals": [{"iter": 0, "tokens": 0, "val_loss": 5.0},
+                          {"iter": 1, "tokens": 10, "val_loss": loss}],
                 "num_params": 1, "kv_cache_bytes_per_token": 1, "tokens_per_sec": 1.0,
                 "attention_entropy": [1.0], "similarity": [0.5]}
         return summaries, False, []
     return run_grid
+
+
+def test_leaving_the_plateau_is_measured_per_seed_and_paired(data_dir, tmp_path, monkeypatch):
+    """The step each run's val loss first falls below escape_loss; paired in tokens against
+    vanilla, a run that never leaves counted at its last tokens, not dropped."""
+    assert analysis.escape([{"iter": 0, "tokens": 0, "val_loss": 5.5},
+                            {"iter": 20, "tokens": 640, "val_loss": 2.95},
+                            {"iter": 40, "tokens": 1280, "val_loss": 2.5}], 2.9) == [40, 1280]
+    assert analysis.escape([{"iter": 0, "tokens": 0, "val_loss": 3.1}], 2.9) is None
+    left_at = {("vanilla", 1): 140, ("vanilla", 2): None, ("resformer", 1): 60,
+               ("resformer", 2): 100}
+
+    def run_grid(grid, jobs, samples, quiet_reuse=False, left="left"):
+        summaries = {}
+        for key, cfg in grid:
+            at = left_at[cfg["value_mode"], cfg["seed"]]
+            evals = [{"iter": i, "tokens": 100 * i,
+                      "val_loss": 2.0 if at is not None and i >= at else 3.2}
+                     for i in range(0, 201, 20)]
+            summaries[key] = {"status": "done", "val_loss_full": 2.0, "config": cfg,
+                              "evals": evals, "num_params": 1, "kv_cache_bytes_per_token": 1,
+                              "tokens_per_sec": 1.0, "attention_entropy": [1.0],
+                              "similarity": [0.5]}
+        return summaries, False, []
+    monkeypatch.setattr(compare, "run_grid", run_grid)
+    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
+    assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1,2",
+                                "--modes=vanilla,resformer", "--less_data=0"]) == 0
+    results = json.load(open(tmp_path / "results.json"))["modes"]
+    assert results["vanilla"]["escape"] == [[140, 14000], None]
+    assert results["resformer"]["escape_paired"]["differences"] == [6000 - 14000, 10000 - 20000]
+    assert results["resformer"]["escape_paired"]["wins"] == 2
+    md = (tmp_path / "results.md").read_text()
+    assert "## Leaving the early plateau (fixed-window val loss below 2.9)" in md
+    assert "| vanilla | 140, never | - | - | - |" in md and "| resformer | 60, 100 | -9,000 |" in md
 
 
 def test_tune_brackets_each_variant_and_compares_at_each_optimum(data_dir, tmp_path, monkeypatch,

@@ -125,11 +125,15 @@ def test_the_loss_axis_starts_where_curves_compare_and_lambdas_show_their_start(
     """The first evaluations (loss ~5 here) would squash the part a class should look at."""
     results = made_up_results(4)
     results["resformer"]["lambdas"] = [[0.6, 0.4]] * 3
-    plots.write_all(str(tmp_path), results, {}, {})
+    results["resformer"]["escape"] = [[20, 409600], [40, 819200], None]
+    plots.write_all(str(tmp_path), results, {}, {}, escape_loss=2.9)
     loss = next(fig for fig in figures if fig.axes[0].get_ylabel() == "val loss (nats per token)")
     first = max(np.mean(r["curves"], axis=0)[1] for r in results.values())  # about 4.8
     low, high = loss.axes[0].get_ylim()
     assert high < first - 0.3 and low < min(np.min(r["curves"]) for r in results.values())
+    marks = [line for line in loss.axes[0].lines if line.get_marker() == "v"]
+    assert [(list(m.get_xdata()), list(m.get_ydata())) for m in marks] == [([614400], [2.9])]
+    assert "resformer leaves the plateau (2 of 3 seeds)" in [m.get_label() for m in marks]
     lambdas = next(fig for fig in figures if fig.axes[0].get_ylabel() == "learned lambda")
     assert any(list(line.get_ydata()) == [0.5, 0.5] for line in lambdas.axes[0].lines)
 
