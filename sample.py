@@ -1,6 +1,4 @@
-"""Sample from a trained model, streaming the text to stdout (usage: README); the speed, the KV
-cache's size against a vanilla cache's and the share of real words in the samples go to stderr."""
-import dataclasses
+"""Sample from a trained model: text streams to stdout; speed, cache bytes, real words to stderr."""
 import os
 import sys
 import time
@@ -9,7 +7,7 @@ import torch
 
 import shards
 from configurator import ConfigError, parse_args, plural, run_main, setup_device
-from model import GPT, kv_cache_bytes
+from model import GPT
 
 SETTINGS = dict(
     out_dir=("out", "read out_dir/ckpt.pt"),
@@ -20,8 +18,7 @@ SETTINGS = dict(
     top_k=(200, "keep only the k likeliest tokens (None: all)"),
     top_p=(None, "keep the smallest set of tokens whose probability reaches p (None: all)"),
     seed=(1337, "the same seed gives the same text"),
-    use_cache=(True,
-        "KV cache; False recomputes the whole context for every token (nanoGPT's way)"),
+    use_cache=(True, "KV cache; False recomputes the whole context for every token (nanoGPT's)"),
     device=("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps"),
     dtype=("auto", "auto (bfloat16 on capable GPUs, else float32), float32, bfloat16, float16"),
 )
@@ -31,8 +28,7 @@ SEPARATOR = "---------------"
 
 def training_data(ckpt, tokenizer, err):
     """The training data's directory if it is here and still in the model's tokens; else None."""
-    dataset = (ckpt.get("config") or {}).get("dataset")
-    data_dir = shards.dataset_dir(dataset) if dataset else None
+    data_dir = shards.dataset_dir(ckpt["config"]["dataset"]) if "config" in ckpt else None
     if data_dir is None or not os.path.isdir(data_dir):
         return None  # sampling away from the data: nothing to compare with
     meta = shards.load_meta(data_dir)
@@ -41,8 +37,8 @@ def training_data(ckpt, tokenizer, err):
               f"trained on {tokenizer.name} tokens: decoding with {tokenizer.name}, as the "
               f"checkpoint records; real words not counted", file=err)
         return None
-    then, now = ckpt.get("data"), shards.data_identity(data_dir, meta)
-    if then and then["sha256"] != now["sha256"]:
+    then, now = ckpt["data"], shards.data_identity(data_dir, meta)
+    if then["sha256"] != now["sha256"]:
         print(f"note: {data_dir} changed since this model trained on it ({shards.describe(then)}; "
               f"now {shards.describe(now)}): real words are counted against the data there now",
               file=err)
@@ -75,15 +71,14 @@ def sample(cfg, out=None, err=None):
     if cfg["top_k"] is not None and cfg["top_k"] < 1:
         raise ValueError(f"--top_k must be >= 1 or None, got {cfg['top_k']}")
     top_p = cfg["top_p"]
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
-                              or not 0 < top_p <= 1):
+    if top_p is not None and not (type(top_p) in (int, float) and 0 < top_p <= 1):  # (not bool)
         raise ValueError(f"--top_p must be a number in (0, 1] or None, got {top_p!r}")
     device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
     ckpt = shards.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"), map_location=device)
-    model, run = GPT.from_checkpoint(ckpt, device), ckpt.get("config", {})
+    model = GPT.from_checkpoint(ckpt, device)
     print(f"loaded {cfg['out_dir']}/ckpt.pt: {model.config.value_mode}, step {ckpt['iter_num']} "
-          f"of max_iters {run.get('max_iters', '?')}, best val loss "
-          f"{ckpt.get('best_val_loss', float('nan')):.4f} (fixed-window estimate)", file=err)
+          f"of max_iters {ckpt['config']['max_iters']}, best val loss "
+          f"{ckpt['best_val_loss']:.4f} (fixed-window estimate)", file=err)
     tokenizer = shards.get_tokenizer(ckpt["tokenizer"]["tokenizer"])
     data_dir = training_data(ckpt, tokenizer, err)
     del ckpt  # the model holds the weights now
@@ -129,9 +124,8 @@ def sample(cfg, out=None, err=None):
     what = "KV cache" if cache else "KV cache off; on, it would take"
     cache_dtype = cache.keys[0].dtype if cache else getattr(torch, dtype)
     cache_bytes = cache.nbytes() if cache else model.kv_cache_bytes(1, block_size, cache_dtype)
-    vanilla = dataclasses.replace(config, value_mode="vanilla", learnable_lambda=False,
-                                  lambda_1=0.5, lambda_2=0.5)
-    vanilla_bytes = kv_cache_bytes(vanilla, 1, block_size, cache_dtype)
+    # a vanilla cache holds a value tensor per layer: 2 * n_layer tensors of the same size
+    vanilla_bytes = cache_bytes // (config.n_layer + config.n_value_tensors) * 2 * config.n_layer
     print(f"{what}: {cache_bytes:,} bytes for {block_size} positions ({config.n_layer} key + "
           f"{config.n_value_tensors} value tensors, {str(cache_dtype).removeprefix('torch.')}); "
           f"a vanilla cache: {vanilla_bytes:,} bytes (ratio {cache_bytes / vanilla_bytes:.3f})",
@@ -142,17 +136,10 @@ def sample(cfg, out=None, err=None):
               f"{config.n_layer}: " + ", ".join(f"{a:.2f}/{b:.2f}" for a, b in lambdas), file=err)
     share = distinct = None
     if data_dir:  # how many of the sampled words are words of the training text
-        vocabulary, scanned = shards.training_vocabulary(data_dir, tokenizer)
-        text = "\n".join(tokenizer.decode([t for t in s if t != tokenizer.eot]) for s in results)
-        share, n_words, distinct = shards.real_word_share(text, vocabulary)
-        scope = "" if scanned < shards.WORD_SCAN_TOKENS else f" (its first {scanned:,} tokens)"
-        print(f"real words: {share:.1%} of the {n_words:,} sampled words occur in the training "
-              f"text of {data_dir}{scope}\nreal words among the distinct words: {distinct:.1%} "
-              f"(repeating a few real words scores high above, not here)" if n_words else
-              "real words: the samples hold no words", file=err)
+        report, share, distinct = shards.real_words(data_dir, tokenizer, results)
+        print(report, file=err)
     return {"tokens": results, "tokens_per_sec": tokens_per_sec, "cache_bytes": cache_bytes,
-            "vanilla_bytes": vanilla_bytes, "real_words": share,
-            "distinct_real_words": distinct}
+            "vanilla_bytes": vanilla_bytes, "real_words": share, "distinct_real_words": distinct}
 
 
 def main(argv, out=None, err=None):

@@ -411,3 +411,17 @@ def real_word_share(text, vocabulary):
     found, distinct = words(text), set(words(text))
     share = lambda ws: sum(w in vocabulary for w in ws) / len(ws) if ws else float("nan")
     return share(found), len(found), share(distinct)
+
+
+def real_words(data_dir, tokenizer, samples):
+    """(the report line, the share of real words, the share among distinct words) for samples
+    given as lists of token ids."""
+    vocabulary, scanned = training_vocabulary(data_dir, tokenizer)
+    text = "\n".join(tokenizer.decode([t for t in s if t != tokenizer.eot]) for s in samples)
+    share, n_words, distinct = real_word_share(text, vocabulary)
+    scope = "" if scanned < WORD_SCAN_TOKENS else f" (its first {scanned:,} tokens)"
+    if not n_words:
+        return "real words: the samples hold no words", share, distinct
+    return (f"real words: {share:.1%} of the {n_words:,} sampled words occur in the training text "
+            f"of {data_dir}{scope}\nreal words among the distinct words: {distinct:.1%} "
+            f"(repeating a few real words scores high above, not here)", share, distinct)

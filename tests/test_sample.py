@@ -29,7 +29,9 @@ def make_checkpoint(out_dir, value_mode="vanilla", compiled=False, **overrides):
         state = {"_orig_mod." + k: v for k, v in state.items()}
     os.makedirs(out_dir, exist_ok=True)
     torch.save({"format": CHECKPOINT_FORMAT, "model": state, "model_args": model_args,
-                "tokenizer": BYTE_TOKENIZER, "iter_num": 0}, os.path.join(out_dir, "ckpt.pt"))
+                "tokenizer": BYTE_TOKENIZER, "iter_num": 0, "best_val_loss": float("inf"),
+                "config": {"dataset": os.path.join(out_dir, "no-data"), "max_iters": 0},
+                "data": None}, os.path.join(out_dir, "ckpt.pt"))
     return str(out_dir)
 
 
@@ -222,7 +224,8 @@ def test_real_words_with_gpt2_tokens(tmp_path, gpt2):
     out_dir = make_checkpoint(tmp_path / "out", vocab_size=50304)
     ckpt = torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=False)
     ckpt["tokenizer"] = {"tokenizer": "gpt2", "vocab_size": 50257, "eot": 50256}
-    ckpt["config"] = {"dataset": data_dir}
+    ckpt["config"]["dataset"] = data_dir
+    ckpt["data"] = shards.data_identity(data_dir, shards.load_meta(data_dir))
     torch.save(ckpt, os.path.join(out_dir, "ckpt.pt"))
     _, err, result = run(out_dir, "--num_samples=2", "--max_new_tokens=30", "--start=But soft")
     share, n = reference_share(data_dir, gpt2, result["tokens"])
