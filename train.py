@@ -1,5 +1,4 @@
-"""
-Train a GPT in any value mode on token shards, on one GPU, a laptop CPU, or several GPUs.
+"""Train a GPT in any value mode on token shards, on one GPU, a laptop CPU, or several GPUs.
 
     python train.py                                   # the CPU quickstart (prepares data if needed)
     python train.py --value_mode=vanilla              # any setting: --key=value (--help lists them)
@@ -7,10 +6,8 @@ Train a GPT in any value mode on token shards, on one GPU, a laptop CPU, or seve
     python train.py --resume --max_iters=8000         # continue out_dir/ckpt.pt exactly, further
     torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m.py   # 8 GPUs, same step
 
-Read it top to bottom: the settings, the schedule, the data, the checkpoint and its resume rules,
-the log, then train(): set-up and the loop with the step inline. Every log line also goes to
-out_dir/log.jsonl; checkpoints are written atomically to out_dir/ckpt.pt with every rank's data
-position and RNG states, so --resume continues exactly where the run stopped.
+Read it top to bottom: the settings, the schedule, the data, the checkpoint, the log, then train()
+and run(), the loop with the step inline. Every line it prints also goes to out_dir/log.jsonl.
 """
 import dataclasses
 import json
@@ -110,21 +107,19 @@ def decay_end(cfg):
 
 
 def warmup_steps(cfg):
-    """warmup_iters, unless it would fill the whole schedule: then a tenth of it (a short run
-    still decays)."""
+    """warmup_iters, or a tenth of the schedule where it would fill it all (a short run decays)."""
     return cfg["warmup_iters"] if cfg["warmup_iters"] < decay_end(cfg) else decay_end(cfg) // 10
 
 
 def get_lr(it, cfg):
     """Linear warmup, then cosine decay from learning_rate to min_lr at decay_end."""
-    warmup, end = warmup_steps(cfg), decay_end(cfg)
+    warmup, end, lr, min_lr = warmup_steps(cfg), decay_end(cfg), cfg["learning_rate"], cfg["min_lr"]
     if it < warmup:
-        return cfg["learning_rate"] * (it + 1) / (warmup + 1)
+        return lr * (it + 1) / (warmup + 1)
     if it >= end:
-        return cfg["min_lr"]
+        return min_lr
     progress = (it - warmup) / (end - warmup)
-    return cfg["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * progress)) * (
-        cfg["learning_rate"] - cfg["min_lr"])
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
 
 
 def in_effect(cfg, device, dtype):
@@ -138,9 +133,8 @@ def in_effect(cfg, device, dtype):
 # the data: (x, y) batches from memmapped shards
 
 class Batches:
-    """One shard (small data): random windows from a seeded generator. Several shards (FineWeb):
-    each rank reads the token stream in order, rank r taking every world-th chunk; shards too
-    short for a whole step of every rank are skipped. state() is what a checkpoint holds."""
+    """One shard (small data): random windows from a seeded generator. Several (FineWeb): rank r
+    reads every world-th chunk in order, skipping shards too short for one step of every rank."""
 
     def __init__(self, token_shards, batch_size, block_size, seed, rank=0, world=1,
                  sequential=None, split="train split"):
@@ -179,7 +173,7 @@ class Batches:
         rows = torch.stack([torch.from_numpy(tokens[i:i + T + 1].astype("int64")) for i in starts])
         return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
-    def state(self):
+    def state(self):  # what a checkpoint holds
         return {"generator": self.generator.get_state(), "shard": self.shard, "pos": self.pos}
 
     def load_state(self, state):
@@ -190,32 +184,30 @@ class Batches:
 
 
 def open_data(cfg, rank, world):
-    """(folder, meta, val shards, training batches, fixed evaluation batches) of --dataset; the
-    default one is prepared on first use (by rank 0, the others wait). Loss estimates use the
-    same windows every time, so curves compare across steps and modes."""
+    """(meta, identity, val shards, training batches, fixed evaluation batches) of --dataset. The
+    fixed batches give every estimate the same windows, so curves compare across steps and modes."""
     data_dir = shards.dataset_dir(cfg["dataset"])
-    if cfg["dataset"] == shards.DEFAULT_DATASET and rank == 0:
+    if cfg["dataset"] == shards.DEFAULT_DATASET and rank == 0:  # prepared on first use
         shards.prepare_default(data_dir)
-    if world > 1:
+    if world > 1:  # the other ranks wait for it
         dist.barrier()
     meta = shards.load_meta(data_dir)
-    train_shards, val_shards = ([shards.read_shard(p, meta["vocab_size"])
-                                 for p in shards.list_shards(data_dir, split)]
-                                for split in ("train", "val"))
+    train_shards, val_shards = ([shards.read_shard(p, meta["vocab_size"]) for p in
+                                 shards.list_shards(data_dir, split)] for split in ("train", "val"))
     batches = Batches(train_shards, cfg["batch_size"], cfg["block_size"], cfg["seed"], rank, world,
                       split=f"train split of {data_dir}")
     eval_batches = {split: Batches(s, cfg["batch_size"], cfg["block_size"], seed=1234,
                                    sequential=False, split=f"{split} split of {data_dir}")
                     for split, s in (("train", train_shards), ("val", val_shards))}
-    return data_dir, meta, val_shards, batches, eval_batches
+    return meta, shards.data_identity(data_dir, meta), val_shards, batches, eval_batches
 
 
 # -----------------------------------------------------------------------------
 # the checkpoint: what --resume takes from it, and writing it
 
 def resolve_resume(cfg, given, ckpt):
-    """--resume: the checkpoint's settings, changed only where given (each change announced);
-    returns (settings, changes). given: the keys the command line or a preset set (None: all)."""
+    """(the checkpoint's settings, changed only where given; the changes). given: the keys the
+    command line or a preset set (None: all)."""
     saved = {**DEFAULTS, **ckpt["config"], **{k: cfg[k] for k in ACTIONS}}
     given = set(cfg) if given is None else set(given)
     changes = {k: (saved[k], cfg[k]) for k in given - set(ACTIONS) if saved[k] != cfg[k]}
@@ -228,10 +220,9 @@ def resolve_resume(cfg, given, ckpt):
     return {**saved, **{k: b for k, (_, b) in changes.items()}}, changes
 
 
-def resume_notes(ckpt, cfg, changes, settings, data, iter_num):
-    """The lines a resume prints beyond the settings given: a changed dataset (refused unless
-    asked for), derived values that change with them, the learning rate where it resumes."""
-    then, path, notes = ckpt["data"], f"{cfg['out_dir']}/ckpt.pt", []
+def resume_notes(ckpt, cfg, changes, settings, data):
+    """A resume's other lines: changed data (refused unless asked for), derived values, the lr."""
+    then, path, step, notes = ckpt["data"], f"{cfg['out_dir']}/ckpt.pt", ckpt["iter_num"], []
     if then["sha256"] != data["sha256"]:
         if then["tokenizer"] != data["tokenizer"]:
             raise ConfigError(f"cannot resume {path}: its model reads {then['tokenizer']} "
@@ -247,23 +238,20 @@ def resume_notes(ckpt, cfg, changes, settings, data, iter_num):
     before = ckpt["settings_in_effect"]
     notes += [f"resume: {k} in effect: {before[k]!r} -> {v!r}" for k, v in settings.items()
               if k in before and before[k] != v and changes.get(k) != (before[k], v)]
-    old_lr, new_lr = get_lr(iter_num, {**DEFAULTS, **ckpt["config"]}), get_lr(iter_num, cfg)
+    old_lr, new_lr = get_lr(step, {**DEFAULTS, **ckpt["config"]}), get_lr(step, cfg)
     if not math.isclose(old_lr, new_lr, rel_tol=1e-9):
-        notes.append(f"resume: learning rate at step {iter_num}: {old_lr:.2e} -> {new_lr:.2e} "
+        notes.append(f"resume: learning rate at step {step}: {old_lr:.2e} -> {new_lr:.2e} "
                      f"(the schedule changed)")
     return notes
 
 
 def save_checkpoint(path, record, iter_num, best_val_loss, model, optimizer, batches, world):
-    """Every rank calls it at a step boundary (their data positions and RNGs are gathered);
-    rank 0 writes it atomically with all an exact resume needs."""
+    """Called by every rank at a step boundary; rank 0 writes all an exact resume needs."""
     mine = {"data": batches.state(), "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None}
-    states = [None] * world
+    states = [mine] * world  # under DDP, each rank's own: gathered
     if world > 1:
         dist.all_gather_object(states, mine)
-    else:
-        states[0] = mine
     if batches.rank == 0:
         with shards.atomic_write(path) as f:  # torch.save to a file: a full disk is an OSError
             torch.save({**record, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -327,9 +315,8 @@ def announce(log, cfg, changes, notes, settings, num_params, tokens_per_step, ac
         f"{plural(cfg['max_iters'], 'step')}, data {data_dir}")
 
 
-# Dense bf16 peak FLOP/s per GPU for MFU, longest name first ("H100 NVL" before "H100"); an unknown
-# GPU gets no MFU rather than a wrong one. Hopper SXM: 989.4 TFLOP/s (NVIDIA's datasheets give
-# twice that, with sparsity); NVL 835 per GPU, PCIe 756.
+# Dense bf16 peak FLOP/s per GPU, for MFU (an unknown GPU gets none rather than a wrong one).
+# Hopper SXM 989.4 TFLOP/s (datasheets give twice that, with sparsity), NVL 835 per GPU, PCIe 756.
 GPU_PEAK_BF16_FLOPS = {
     "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12,
     "H100": 989.4e12, "H200": 989.4e12, "GH200": 989.4e12,
@@ -338,15 +325,14 @@ GPU_PEAK_BF16_FLOPS = {
 
 
 def gpu_peak_flops(device_name):
-    """Peak bf16 FLOP/s for a name like 'NVIDIA H200', or None when unknown."""
+    """Peak bf16 FLOP/s for a name like 'NVIDIA H200' (longest key first), or None if unknown."""
     return next((GPU_PEAK_BF16_FLOPS[n] for n in sorted(GPU_PEAK_BF16_FLOPS, key=len, reverse=True)
                  if n in device_name), None)
 
 
 class CtrlC:
-    """Ctrl-C sets a flag; the loop stops at the next step boundary (all ranks at the same one)
-    and saves there. A second Ctrl-C stops at once, keeping the last checkpoint. (Under torchrun a
-    rank gets one Ctrl-C twice, from the terminal and from torchrun: within a second, it is one.)"""
+    """First Ctrl-C: the loop stops at the next step boundary (all ranks at one) and saves; a second
+    stops at once. Under torchrun a rank gets each Ctrl-C twice: within a second, it is one."""
 
     def __init__(self, log):
         self.log, self.requested, self.at = log, False, 0.0
@@ -360,8 +346,7 @@ class CtrlC:
             self.log(line="\nCtrl-C: stopping after this step (Ctrl-C again to stop at once)")
 
     def agreed(self, device, ddp):
-        """Under DDP all ranks must stop at one step: they compare flags (a sync point, so only
-        every log_interval steps)."""
+        """Whether to stop; under DDP the ranks compare flags (a sync, so every log_interval)."""
         if not ddp:
             return self.requested
         flag = torch.tensor(float(self.requested), device=device)
@@ -373,8 +358,8 @@ class CtrlC:
 # training
 
 def train(cfg, given=None):
-    """One training job; returns a summary dict with the trained model (tests use it).
-    given: the settings named on the command line (what --resume changes); None = all of cfg."""
+    """One training job; returns a summary dict with the trained model (tests use it). given: the
+    settings named on the command line (what --resume changes); None = all of cfg."""
     check_settings(cfg)
     ddp = int(os.environ.get("RANK", -1)) != -1  # launched by torchrun?
     rank, world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if ddp else (0, 1)
@@ -393,7 +378,8 @@ def train(cfg, given=None):
             check_settings(cfg)
         elif os.path.exists(ckpt_path) and not cfg["overwrite"]:
             raise ConfigError(f"{cfg['out_dir']} already holds a checkpoint: continue it with "
-                              f"--resume, or train into another --out_dir (--overwrite replaces it)")
+                              f"--resume, or train into another --out_dir (--overwrite "
+                              f"replaces it)")
         if cfg["gradient_accumulation_steps"] % world:  # 0 (one per rank) always divides
             raise ConfigError(f"--gradient_accumulation_steps={cfg['gradient_accumulation_steps']}"
                               f" is the total over all ranks and must divide by the {world} ranks "
@@ -404,6 +390,7 @@ def train(cfg, given=None):
             if device.startswith("cuda"):
                 device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
                 torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         return run(cfg, ckpt, changes, device, dtype, autocast, rank, world)
     finally:
         if lock:
@@ -413,8 +400,7 @@ def train(cfg, given=None):
 
 
 def build(cfg, meta, device, ckpt, settings, data):
-    """(model on device, AdamW, what every checkpoint of the run holds besides the weights and
-    the step), fresh or from the checkpoint."""
+    """(model on device, AdamW, what each checkpoint holds besides them), fresh or from ckpt."""
     torch.manual_seed(cfg["seed"])  # the same initial weights on every rank
     vocab_size = -(-meta["vocab_size"] // 64) * 64  # a multiple of 64: faster matmuls
     model_args = dict(GPTConfig.from_dict({**cfg, "vocab_size": vocab_size}).__dict__)
@@ -429,27 +415,23 @@ def build(cfg, meta, device, ckpt, settings, data):
         optimizer.load_state_dict(ckpt["optimizer"])
     return model, optimizer, {
         "format": shards.CHECKPOINT_FORMAT, "model_args": model_args, "data": data,
-        "config": {k: v for k, v in cfg.items() if k not in ACTIONS}, "settings_in_effect": settings,
+        "config": {k: cfg[k] for k in cfg if k not in ACTIONS}, "settings_in_effect": settings,
         "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")}}
 
 
 def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     """The training loop proper, for train(): data, model, steps, evaluations, checkpoints."""
-    ddp, master, ckpt_path = world > 1, rank == 0, os.path.join(cfg["out_dir"], "ckpt.pt")
+    ddp, ckpt_path = world > 1, os.path.join(cfg["out_dir"], "ckpt.pt")
     accumulation = cfg["gradient_accumulation_steps"] // world or 1  # this rank's micro-steps
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    log = Log(cfg["out_dir"], master, fresh=not cfg["resume"])
+    log = Log(cfg["out_dir"], rank == 0, fresh=not cfg["resume"])
+    meta, data, val_shards, batches, eval_batches = open_data(cfg, rank, world)
 
-    data_dir, meta, val_shards, batches, eval_batches = open_data(cfg, rank, world)
-    data = shards.data_identity(data_dir, meta)
-
-    # ---- model and AdamW, fresh or from the checkpoint ----
-    settings, notes = in_effect(cfg, device, dtype), []
+    settings = in_effect(cfg, device, dtype)
     raw_model, optimizer, record = build(cfg, meta, device, ckpt, settings, data)
-    iter_num, best_val_loss, saved_iter = 0, float("inf"), None
+    iter_num, best_val_loss, saved_iter, notes = 0, float("inf"), None, []
     torch.manual_seed(cfg["seed"] + rank)  # then each rank its own dropout stream
     if ckpt is not None:
-        notes = resume_notes(ckpt, cfg, changes, settings, data, ckpt["iter_num"])
+        notes = resume_notes(ckpt, cfg, changes, settings, data)
         restore_rank_state(ckpt, ckpt_path, batches, world)
         iter_num = saved_iter = ckpt["iter_num"]
         best_val_loss = ckpt["best_val_loss"]
@@ -459,14 +441,13 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     if ddp:
         model = DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if device.startswith("cuda")
                     else None)
-
     tokens_per_step = cfg["batch_size"] * cfg["block_size"] * accumulation * world
     done_before = cfg["resume"] and iter_num >= cfg["max_iters"]  # a finished run, resumed
     announce(log, cfg, changes, notes, settings, raw_model.num_params(), tokens_per_step,
-             accumulation, world, data_dir, done_before, iter_num)
+             accumulation, world, data["dir"], done_before, iter_num)
     peak = gpu_peak_flops(torch.cuda.get_device_name(device)) if device.startswith("cuda") else None
 
-    evals, speeds, status, val_loss = [], [], "done", float("nan")
+    evals, speeds, status, val_loss, full_val = [], [], "done", float("nan"), None
     ctrl_c, t_run, t0, last_iter = CtrlC(log), time.time(), time.time(), iter_num
     try:
         while not done_before:
@@ -483,10 +464,9 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
                               "train_loss": losses["train"], "val_loss": val_loss})
                 line = f"step {iter_num}: train loss {losses['train']:.4f}, val loss {val_loss:.4f}"
                 if cfg["learnable_lambda"]:  # what training makes of the start, layer by layer
-                    evals[-1]["lambdas"] = [b.attn.value_lambdas.tolist()
-                                            for b in raw_model.transformer.h[1:]]
-                    line += ", lambdas (V_1/V_n) " + " ".join(f"{a:.2f}/{b:.2f}"
-                                                              for a, b in evals[-1]["lambdas"])
+                    pairs = [b.attn.value_lambdas.tolist() for b in raw_model.transformer.h[1:]]
+                    evals[-1]["lambdas"] = pairs
+                    line += ", lambdas (V_1/V_n) " + " ".join(f"{a:.2f}/{b:.2f}" for a, b in pairs)
                 log({"kind": "eval", **evals[-1]}, line)
                 if iter_num > start_iter:
                     save_checkpoint(ckpt_path, record, iter_num, best_val_loss, raw_model,
@@ -525,16 +505,20 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
             iter_num += 1
 
             if iter_num % cfg["log_interval"] == 0 or iter_num == cfg["max_iters"]:
-                # the mean over ranks: every rank checks the same number, so all stop together
                 lossf = mean_over_ranks(loss.detach() * accumulation, world)
-                if not math.isfinite(lossf):
+                if not math.isfinite(lossf):  # every rank checks the same mean: all stop together
                     status = "diverged"
                     break
-                rec = speed(iter_num, lossf, lr, (time.time() - t0) / (iter_num - last_iter),
-                            tokens_per_step, raw_model, peak, world, cfg)
+                dt = (time.time() - t0) / (iter_num - last_iter)
+                rec = {"kind": "train", "iter": iter_num, "loss": lossf, "lr": lr,
+                       "ms_per_step": 1000 * dt, "tokens_per_sec": tokens_per_step / dt}
+                if peak:  # a GPU of known peak FLOP/s
+                    rec["mfu"] = raw_model.estimate_mfu(rec["tokens_per_sec"] / world, peak,
+                                                        cfg["block_size"])
                 if last_iter > start_iter:  # the first window includes start-up, compilation
                     speeds.append(rec["tokens_per_sec"])
-                eta = (time.time() - t_run) / (iter_num - start_iter) * (cfg["max_iters"] - iter_num)
+                eta = ((time.time() - t_run) / (iter_num - start_iter)
+                       * (cfg["max_iters"] - iter_num))
                 log(rec, f"iter {iter_num}/{cfg['max_iters']}: loss {lossf:.4f}, lr {lr:.2e}, "
                          f"{rec['ms_per_step']:.0f} ms/step, {rec['tokens_per_sec']:,.0f} tok/s"
                          + (f", mfu {100 * rec['mfu']:.1f}%" if "mfu" in rec else "")
@@ -548,7 +532,6 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
     finally:
         signal.signal(signal.SIGINT, ctrl_c.previous)
 
-    full_val = None
     if status == "done":  # the final number: every validation token once, not a sample of windows
         full_val, n = full_split_loss(raw_model, val_shards, cfg["block_size"], cfg["batch_size"],
                                       device, autocast, rank, world)
@@ -578,15 +561,6 @@ def no_space(error, saved_iter, ckpt_path, log_path):
     return shards.DiskFull(error.errno, f"no space left on device while {doing}; {kept}")
 
 
-def speed(iter_num, lossf, lr, dt, tokens_per_step, model, peak, world, cfg):
-    """The record of a log window that ends at iter_num: loss, lr, speed, MFU on a known GPU."""
-    rec = {"kind": "train", "iter": iter_num, "loss": lossf, "lr": lr, "ms_per_step": 1000 * dt,
-           "tokens_per_sec": tokens_per_step / dt}
-    if peak:
-        rec["mfu"] = model.estimate_mfu(rec["tokens_per_sec"] / world, peak, cfg["block_size"])
-    return rec
-
-
 # -----------------------------------------------------------------------------
 # evaluation
 
@@ -612,9 +586,8 @@ def estimate_loss(model, eval_batches, eval_iters, device, autocast, rank=0, wor
 
 @torch.no_grad()
 def full_split_loss(model, token_shards, block_size, batch_size, device, autocast, rank=0, world=1):
-    """(mean loss, tokens) over every token of a split exactly once: each shard cut into
-    consecutive non-overlapping windows (the last one shorter), each predicting its tokens from
-    those before it in the window; under DDP the ranks share the windows."""
+    """(mean loss, tokens) over every token of a split once: consecutive windows of each shard (the
+    last one shorter), each token predicted from those before it in its window; DDP ranks share."""
     windows = [(tokens, s, min(block_size, len(tokens) - 1 - s))
                for tokens in token_shards for s in range(0, len(tokens) - 1, block_size)]
     total, count = 0.0, 0
