@@ -103,17 +103,20 @@ def write_tables(root, results, sweep, info, search=None):
         md += [f"\n## Leaving the early plateau (fixed-window val loss below "
                f"{info['escape_loss']:g})\n",
                "The step at which each run's val loss first fell below it, per seed (never: "
-               "still on the plateau at the end). Paired: variant - vanilla in tokens, negative = "
-               "left sooner; a run that never left counts at its last tokens (a lower bound).\n",
-               "| variant | step per seed | mean diff (tokens) | 95% interval | sooner |",
-               "|---|---|---|---|---|"]
+               "still on the plateau at the end)." + (
+                   " Paired: variant - vanilla in tokens, negative = left sooner; a run that never "
+                   "left counts at its last tokens (a lower bound).\n" if paired else "\n"),
+               "| variant | step per seed |" + (" mean diff (tokens) | 95% interval | sooner |"
+                                                if paired else ""),
+               "|---" * (5 if paired else 2) + "|"]
         for name, r in results.items():
             p = r.get("escape_paired")
-            cells = (["-"] * 3 if not p else [
+            cells = ([] if not paired else ["-"] * 3 if not p else [
                 f"{p['mean']:+,.0f}", "-" if p["interval"] is None else
                 f"[{p['interval'][0]:+,.0f}, {p['interval'][1]:+,.0f}]", f"{p['wins']} of {p['n']}"])
             md.append(f"| {name} | " + ", ".join("never" if e is None else str(e[0])
-                                               for e in r["escape"]) + " | " + " | ".join(cells) + " |")
+                                               for e in r["escape"]) + " |" +
+                      "".join(f" {c} |" for c in cells))
     md += ["\n| variant | KV cache B/token | train tokens/s (per run) |", "|---|---|---|"]
     for n, r in results.items():
         speed = f"{r['tokens_per_sec']:,.0f}" if np.isfinite(r["tokens_per_sec"]) else "-"
