@@ -137,7 +137,8 @@ def attention_map_data(grid, summaries, names):
     for (name, seed, point), cfg in grid:
         if (name in names and name not in maps
                 and summaries.get((name, seed, point), {}).get("status") == "done"):
-            model = GPT.from_checkpoint(shards.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt")))
+            ckpt = shards.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
+            model = GPT.from_checkpoint(ckpt)
             # the middle of 3 spaced windows
             attention, _ = internals(model, heldout_windows(cfg, 3)[1:2])
             layers = sorted({0, len(attention) // 2, len(attention) - 1})
@@ -383,7 +384,8 @@ def main(argv):
             return stopped(root) if interrupted else 1
         best = best_lrs(search)
         print("best peak learning rates: " + ", ".join(f"{n} {lr:g}" for n, lr in best.items()) +
-              "\n  for a preset: lrs = \"" + ",".join(f"{n}={lr:g}" for n, lr in best.items()) + '"')
+              "\n  for a preset: lrs = \"" + ",".join(f"{n}={lr:g}" for n, lr in best.items())
+              + '"')
         grid, modes, points = tuned_grid(cfg, modes, seeds, root, best)
     else:
         modes = add_less_data(own_lrs(modes, cfg), cfg)

@@ -218,7 +218,7 @@ def setup_device(device="auto", dtype="auto"):
 def run_main(main):
     """A script's `__main__`: main(argv), its int result the exit status (anything else: 0). A
     user's mistake (a ValueError, a missing file, a full disk) is one line on stderr, exit 1;
-    Ctrl-C exits 130; a reader that leaves early (`python train.py --help | head`) ends it quietly."""
+    Ctrl-C exits 130; a reader that leaves early (`train.py --help | head`) ends it quietly."""
     try:
         status = main(sys.argv[1:])
     except ValueError as e:

@@ -384,7 +384,7 @@ def load_checkpoint(path, map_location="cpu"):
 # real words: how much of a sample is words of the training text (sample.py reports it)
 
 WORD = re.compile(r"[A-Za-z]+")
-WORD_SCAN_TOKENS = 10_000_000  # the vocabulary comes from at most this many training tokens (a few s)
+WORD_SCAN_TOKENS = 10_000_000  # the vocabulary comes from at most this many training tokens
 
 
 def words(text):

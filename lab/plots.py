@@ -60,10 +60,12 @@ def write_all(root, results, sweep, maps, search=None, escape_loss=0.0):
     plt = pyplot()
     if plt is None:
         return []
-    written = [loss_figure(plt, root, results, escape_loss)] + ([lr_figure(plt, root, search)] if search else [])
+    written = [loss_figure(plt, root, results, escape_loss)]
+    written += [lr_figure(plt, root, search)] if search else []
     # each band stays inside what the measure can be: entropy >= 0, a cosine in [-1, 1]
     for key, ylabel, note, (low, high) in (
-            ("attention_entropy", "how widely attention is spread\n(entropy of attention received, nats)",
+            ("attention_entropy",
+             "how widely attention is spread\n(entropy of attention received, nats)",
              "higher = attention spread over more tokens", (0, np.inf)),
             ("similarity", "how alike the tokens' hidden states are\n(mean pairwise cosine)",
              "higher = tokens more alike, over-smoothed", (-1, 1))):

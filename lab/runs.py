@@ -186,13 +186,15 @@ def run_grid(grid, jobs, samples, quiet_reuse=False, left="left"):
             print(f"[{n_total - len(todo)}/{n_total}] {cfg['out_dir']}: " +
                   ("resuming from its checkpoint" if resuming else "training") +
                   progress(todo, running, timing, jobs, left), flush=True)
-            started[key], said = (time.time(), last_step(cfg["out_dir"]) if resuming else 0), time.time()
+            started[key] = (time.time(), last_step(cfg["out_dir"]) if resuming else 0)
+            said = time.time()
             running.append((key, cfg, subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                                        env=env), log))
         if running and time.time() - said > 30:  # a word at least every 30 s while runs train
             pace = timing if timing["steps"] else {  # before any finished: the running ones' pace
                 "seconds": sum(time.time() - started[k][0] for k, *_ in running),
-                "steps": sum(max(last_step(c["out_dir"]) - started[k][1], 0) for k, c, *_ in running)}
+                "steps": sum(max(last_step(c["out_dir"]) - started[k][1], 0)
+                             for k, c, *_ in running)}
             print("   " + progress(todo, running, pace, jobs, left), flush=True)
             said = time.time()
         try:

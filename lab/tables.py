@@ -113,7 +113,8 @@ def write_tables(root, results, sweep, info, search=None):
             p = r.get("escape_paired")
             cells = ([] if not paired else ["-"] * 3 if not p else [
                 f"{p['mean']:+,.0f}", "-" if p["interval"] is None else
-                f"[{p['interval'][0]:+,.0f}, {p['interval'][1]:+,.0f}]", f"{p['wins']} of {p['n']}"])
+                f"[{p['interval'][0]:+,.0f}, {p['interval'][1]:+,.0f}]",
+                f"{p['wins']} of {p['n']}"])
             md.append(f"| {name} | " + ", ".join("never" if e is None else str(e[0])
                                                for e in r["escape"]) + " |" +
                       "".join(f" {c} |" for c in cells))
