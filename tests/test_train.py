@@ -62,7 +62,7 @@ def test_each_mode_trains_and_writes_log_and_checkpoint(data_dir, tmp_path, mode
     assert not os.path.exists(str(tmp_path / "ckpt.pt.tmp"))
 
 
-def test_learned_lambdas_step_at_their_own_learning_rate(data_dir, tmp_path):
+def test_learned_lambdas_step_at_their_own_learning_rate(data_dir, tmp_path, capsys):
     """lambda_lr_scale multiplies the lambdas' lr: 0 freezes them at their start while the
     weights learn; at 1 they move. (Adam moves a scalar by about lr per step.)"""
     def lambdas(scale):
@@ -73,6 +73,8 @@ def test_learned_lambdas_step_at_their_own_learning_rate(data_dir, tmp_path):
         assert summary["evals"][-1]["val_loss"] < summary["evals"][0]["val_loss"] - 0.5
         return np.array(summary["evals"][-1]["lambdas"])
     assert np.array_equal(lambdas(0.0), np.full((2, 2), 0.5))
+    # the eval lines show them, layers 2..n, as the log records them
+    assert ", lambdas (V_1/V_n) 0.50/0.50 0.50/0.50\n" in capsys.readouterr().out
     moved = np.abs(lambdas(1.0) - 0.5).max()
     assert 0.005 < moved < 10 * 1e-2 + 1e-6  # at most about lr (1e-2) per step, 10 steps
 
