@@ -10,6 +10,7 @@ Read it top to bottom: the settings, the schedule, the data, the checkpoint, the
 and run(), the loop with the step inline. Every line it prints also goes to out_dir/log.jsonl.
 """
 import dataclasses
+import gc
 import json
 import math
 import os
@@ -398,6 +399,7 @@ def train(cfg, given=None):
         if lock:
             lock.release()
         if ddp and dist.is_initialized():
+            gc.collect()  # DDP's gloo work first: freed after the group, it aborts the process
             dist.destroy_process_group()
 
 
