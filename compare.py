@@ -33,7 +33,6 @@ out_dir.
 import os
 import platform
 import re
-import sys
 import time
 
 import numpy as np

@@ -6,7 +6,6 @@ import sys
 import pytest
 
 from configurator import ConfigError, given_keys, load_config
-from train import SETTINGS as TRAIN_SETTINGS
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
