@@ -68,6 +68,8 @@ COMPARE_SETTINGS = dict(
     tune_extend=(4, "--tune: at most this many learning rates added beyond each end of the grid"),
     escape_loss=(2.9, "the early plateau's exit: a run has left it when its fixed-window val loss "
                       "first falls below this (nats per token; 2.9 suits byte-level text; 0: off)"),
+    gap_steps=("", "steps at which the paired gap to vanilla is tabled along the run (fixed-window "
+                   "val loss), e.g. 200,800,2400; empty: a quarter, half, three quarters, the end"),
     lrs=("", "each variant's own peak lr, e.g. vanilla=1.2e-2,svformer=8.5e-3 (what --tune "
              "prints; min_lr follows); variants not named train at learning_rate; --lrs= "
              "trains all at learning_rate (the paper's protocol); --tune ignores it"),
@@ -288,9 +290,10 @@ def add_less_data(modes, cfg):
 
 # ---- results ----
 
-def per_mode(summaries, names, seeds, point, escape_loss=0.0):
+def per_mode(summaries, names, seeds, point, escape_loss=0.0, gap_steps=()):
     """For each variant: per-seed final losses and curves, when each left the early plateau
-    (escape_loss), and the paired statistics of both against vanilla."""
+    (escape_loss), and the paired statistics of both against vanilla, also of the fixed-window
+    loss at gap_steps along the run."""
     results = {}
     for name in names:
         runs = {s: summaries[name, s, point] for s in seeds
@@ -304,6 +307,7 @@ def per_mode(summaries, names, seeds, point, escape_loss=0.0):
              "num_params": first["num_params"],
              "kv_cache_bytes_per_token": first["kv_cache_bytes_per_token"],
              "tokens": [e["tokens"] for e in first["evals"]],
+             "steps": [e["iter"] for e in first["evals"]],
              "total_tokens": first["evals"][-1]["tokens"],
              "curves": [[e["val_loss"] for e in run["evals"]] for run in runs.values()],
              "tokens_per_sec": float(np.mean([run["tokens_per_sec"] for run in runs.values()]))}
@@ -331,6 +335,12 @@ def per_mode(summaries, names, seeds, point, escape_loss=0.0):
                 r["crossing_tokens"] = [crossing(r["tokens"], r["curves"][i],
                                                  base["curves"][base["seeds"].index(s)][-1])
                                         for i, s in enumerate(r["seeds"]) if s in base["seeds"]]
+            at = [st for st in gap_steps if st in r["steps"] and st in base["steps"]]
+            if pairs and at:  # the gap along the run, inside the same runs
+                r["gap"] = {st: paired_stats(
+                    [r["curves"][i][r["steps"].index(st)]
+                     - base["curves"][base["seeds"].index(s)][base["steps"].index(st)]
+                     for i, s in enumerate(r["seeds"]) if s in base["seeds"]]) for st in at}
             if pairs and escape_loss:
                 def left(res, i):  # a run still on the plateau counts at its last tokens
                     return res["escape"][i][1] if res["escape"][i] else res["tokens"][-1]
@@ -358,6 +368,13 @@ def main(argv):
     modes, seeds = parse_modes(cfg["modes"]), parse_seeds(cfg["seeds"], cfg["seed"])
     points = [(p.replace(":", "_"), parse_overrides(p, f"--sweep point {p!r}"))
               for p in parse_list(cfg["sweep"])]
+    gaps = parse_list(cfg["gap_steps"], int) or [  # evaluated steps only
+        int(cfg["max_iters"] * f) // cfg["eval_interval"] * cfg["eval_interval"]
+        for f in (0.25, 0.5, 0.75)] + [cfg["max_iters"]]
+    if any(st % cfg["eval_interval"] and st != cfg["max_iters"] for st in gaps):
+        raise ConfigError(f"--gap_steps={cfg['gap_steps']}: the loss is measured every "
+                          f"eval_interval={cfg['eval_interval']} steps and at max_iters; "
+                          f"give steps among those")
     if cfg["analysis_samples"] < 1:
         raise ConfigError("--analysis_samples must be at least 1")
     if cfg["tune"] and points:
@@ -406,9 +423,9 @@ def main(argv):
                  if unique[run["out_dir"]][0] in done}
     names = [n for n, _ in modes]
     results = per_mode(summaries, names, seeds, "" if cfg["tune"] or not points else points[0][0],
-                       cfg["escape_loss"])
-    sweep = ({p: per_mode(summaries, names, seeds, p, cfg["escape_loss"]) for p, _ in points}
-             if points else {})
+                       cfg["escape_loss"], gaps)
+    sweep = ({p: per_mode(summaries, names, seeds, p, cfg["escape_loss"], gaps)
+              for p, _ in points} if points else {})
     reused = sum(1 for s in done.values() if s.get("reused"))
     given = sorted(given_keys(argv[1:] if argv and argv[0] == DEFAULT_PRESET else argv))
     info = {"command": "python compare.py" + "".join(" " + a for a in argv if a != DEFAULT_PRESET),

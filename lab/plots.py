@@ -113,6 +113,7 @@ def loss_figure(plt, root, results, escape_loss=0.0):
     else:
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6.5), sharex=True,
                                           gridspec_kw={"height_ratios": [3, 2]})
+    gaps = []
     for name, r in results.items():
         tokens, curves = np.array(r["tokens"]), np.array(r["curves"])
         keep = tokens > 0  # step 0 (loss ~ log vocab) would flatten everything else
@@ -132,9 +133,10 @@ def loss_figure(plt, root, results, escape_loss=0.0):
                       for i, s in enumerate(r["seeds"])
                       if s in base["seeds"] and r["tokens"][:steps] == base["tokens"][:steps]]
             if paired:
-                paired = np.array(paired)
-                bottom.plot(tokens[:steps][keep[:steps]], paired.mean(0)[keep[:steps]],
-                            marker="o", ms=2, color=line.get_color(), label=name)
+                gap = np.array(paired).mean(0)[keep[:steps]]
+                bottom.plot(tokens[:steps][keep[:steps]], gap, marker="o", ms=2,
+                            color=line.get_color(), label=name)
+                gaps.append(gap[2:] if len(gap) > 3 else gap)  # as above: from the third on
     # the y-axis starts where the curves become comparable: the first evaluations (loss 4-7,
     # before the early plateau) would squash the plateau and the gap a class should look at
     means = [np.array(r["curves"]).mean(0)[np.array(r["tokens"]) > 0] for r in results.values()]
@@ -150,6 +152,10 @@ def loss_figure(plt, root, results, escape_loss=0.0):
     if bottom is not None:
         top.set_xlabel("")
         bottom.axhline(0, color="black", lw=0.8)
+        if gaps:
+            low, high = min(0, *(g.min() for g in gaps)), max(0, *(g.max() for g in gaps))
+            if high > low:
+                bottom.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
         bottom.set(ylabel="minus vanilla (same seed)",
                    title="Difference to vanilla, mean of per-seed differences (below 0 = better)")
         tokens_axis(bottom)

@@ -25,6 +25,32 @@ def fmt_interval(stats):
             else f"[{stats['interval'][0]:+.4f}, {stats['interval'][1]:+.4f}]")
 
 
+def headline(results, info):
+    """The verdict the numbers support, in one computed sentence, ahead of every table."""
+    groups = {"lower than vanilla beyond noise": [], "higher than vanilla beyond noise": [],
+              "not distinguishable from vanilla": []}
+    for name, r in results.items():
+        p = r.get("paired")
+        if p is None:
+            continue
+        if p["interval"] is None:
+            return (f"**Verdict: one seed ({info['seeds'][0]}), so no interval: differences to "
+                    f"vanilla are shown but nothing here is beyond noise.**")
+        key = ("lower than vanilla beyond noise" if p["interval"][1] < 0 else
+               "higher than vanilla beyond noise" if p["interval"][0] > 0 else
+               "not distinguishable from vanilla")
+        groups[key].append(f"{name} ({p['mean']:+.3f} {fmt_interval(p)}, lower on "
+                           f"{p['wins']} of {p['n']})")
+    said = [", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1]
+            + (" is " if len(names) == 1 else " are ") + what
+            for what, names in groups.items() if names]
+    if not said:
+        return "**Verdict: nothing to compare with vanilla.**"
+    n = len(next(r for r in results.values() if r.get("paired"))["paired"]["differences"])
+    return (f"**Verdict on {plural(n, 'seed')} (final val loss, nats per token, variant - vanilla "
+            f"per seed, 95% interval): " + "; ".join(said) + ".**")
+
+
 def search_table(search, seeds):
     """The learning-rate search as markdown: mean final loss per lr and variant, the best in
     bold, whether it is bracketed, and how wide the good range is."""
@@ -70,7 +96,7 @@ def write_tables(root, results, sweep, info, search=None):
         tuned += (f"\nThe tables and pictures before the sweep's describe its first point, "
                   f"`{info['point']}`; the sweep table at the end has every point.\n")
     paired = "vanilla" in results  # without vanilla there is nothing to pair with
-    md = ["# Value residual comparison\n",
+    md = ["# Value residual comparison\n"] + ([headline(results, info), ""] if paired else []) + [
           f"`{info['command']}` — {info['hardware']}, {plural(info['jobs'], 'run')} side "
           f"by side, {info['wall_min']:.1f} min{reused}\n", tuned,
           f"Final val loss = the whole validation split, every token once. Seeds {info['seeds']}: "
@@ -99,6 +125,18 @@ def write_tables(root, results, sweep, info, search=None):
                 shown = ", ".join("never" if c is None else f"{c / total:.0%}"
                                   for c in r["crossing_tokens"])
                 md.append(f"- {name}: {shown}")
+    gapped = {n: r["gap"] for n, r in results.items() if r.get("gap")}
+    if gapped:
+        steps = sorted({st for g in gapped.values() for st in g})
+        md += ["\n## The gap along the run (fixed-window val loss, variant - vanilla, same seed)\n",
+               "Inside the same runs, so the later steps show whether an early gain lasts. "
+               "Each cell: mean difference [95% interval], wins.\n",
+               "| variant | " + " | ".join(f"step {st}" for st in steps) + " |",
+               "|---" * (len(steps) + 1) + "|"]
+        for name, g in gapped.items():
+            md.append(f"| {name} | " + " | ".join(
+                "-" if st not in g else f"{g[st]['mean']:+.4f} {fmt_interval(g[st])}, "
+                f"{g[st]['wins']} of {g[st]['n']}" for st in steps) + " |")
     if any("escape" in r for r in results.values()):
         md += [f"\n## Leaving the early plateau (fixed-window val loss below "
                f"{info['escape_loss']:g})\n",

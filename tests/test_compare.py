@@ -590,3 +590,44 @@ def test_a_run_that_fails_before_its_log_is_reported_not_a_crash(tmp_path, monke
     summaries, interrupted, failed = runs.run_grid([(("vanilla", 1, ""), cfg)], 1, 1)
     assert (summaries, interrupted, failed) == ({}, False, [cfg["out_dir"]])
     assert "error: this data is refused" in capsys.readouterr().out
+
+
+def test_results_open_with_the_verdict_and_table_the_gap_along_the_run(data_dir, tmp_path,
+                                                                        monkeypatch):
+    """One computed sentence first; then the paired fixed-window gap at the asked steps, from
+    the same runs: here resformer gains 0.1 early and nothing at the end."""
+    def run_grid(grid, jobs, samples, quiet_reuse=False, left="left"):
+        summaries = {}
+        for key, cfg in grid:
+            early = {"vanilla": 0.0, "resformer": -0.1, "svformer": 0.05}[cfg["value_mode"]]
+            evals = [{"iter": i, "tokens": 100 * i, "val_loss": 3.0 - i / 100 + cfg["seed"] / 100
+                      + (early if i <= 100 else 0.0)} for i in range(0, 201, 20)]
+            final = {"vanilla": 2.0, "resformer": 1.9, "svformer": 2.0}[cfg["value_mode"]]
+            summaries[key] = {"status": "done", "val_loss_full": final + cfg["seed"] / 1000,
+                              "config": cfg, "evals": evals, "num_params": 1,
+                              "kv_cache_bytes_per_token": 1, "tokens_per_sec": 1.0,
+                              "attention_entropy": [1.0], "similarity": [0.5]}
+        return summaries, False, []
+    monkeypatch.setattr(compare, "run_grid", run_grid)
+    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
+    args = TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1,2,3",
+                   "--modes=vanilla,resformer,svformer", "--less_data=0", "--max_iters=200",
+                   "--eval_interval=20"]
+    with pytest.raises(compare.ConfigError, match="gap_steps=50: the loss is measured every"):
+        compare.main(args + ["--gap_steps=50"])
+    assert compare.main(args + ["--gap_steps=40,200"]) == 0
+    gap = json.load(open(tmp_path / "results.json"))["modes"]["resformer"]["gap"]
+    assert gap["40"]["differences"] == pytest.approx([-0.1] * 3)
+    assert gap["200"]["differences"] == pytest.approx([0.0] * 3)
+    md = (tmp_path / "results.md").read_text().splitlines()
+    assert md[2].startswith("**Verdict on 3 seeds") and "resformer (-0.100 [" in md[2]
+    assert "resformer (-0.100 [-0.1000, -0.1000], lower on 3 of 3) is lower than vanilla " \
+           "beyond noise; svformer (+0.000 [+0.0000, +0.0000], lower on 0 of 3) is not " \
+           "distinguishable from vanilla" in md[2]
+    row = next(line for line in md if line.startswith("| resformer | -0.1000 [-0.1000, -0.1000]"))
+    assert row.endswith("| +0.0000 [+0.0000, +0.0000], 0 of 3 |")
+    # without --gap_steps: a quarter, half, three quarters and the end
+    assert compare.main(args) == 0
+    gap = json.load(open(tmp_path / "results.json"))["modes"]["svformer"]["gap"]
+    assert list(gap) == ["40", "100", "140", "200"]
+    assert gap["100"]["mean"] == pytest.approx(0.05) and gap["140"]["mean"] == pytest.approx(0)

@@ -138,6 +138,17 @@ def test_the_loss_axis_starts_where_curves_compare_and_lambdas_show_their_start(
     assert any(list(line.get_ydata()) == [0.5, 0.5] for line in lambdas.axes[0].lines)
 
 
+def test_the_difference_panel_is_not_squashed_by_the_first_evaluations(tmp_path, figures):
+    """resformer starts 2.0 below vanilla and settles 0.02 below: the panel shows the 0.02."""
+    results = made_up_results(4, names=("vanilla", "resformer"))
+    results["resformer"]["curves"] = [[v - (2.0 if i < 2 else 0.02) for i, v in enumerate(c)]
+                                      for c in results["vanilla"]["curves"]]
+    plots.write_all(str(tmp_path), results, {}, {})
+    loss = next(fig for fig in figures if fig.axes[0].get_ylabel() == "val loss (nats per token)")
+    low, high = loss.axes[1].get_ylim()
+    assert -0.03 < low < -0.02 and 0 < high < 0.01
+
+
 def test_without_vanilla_the_loss_picture_has_no_difference_panel(tmp_path, figures):
     plots.write_all(str(tmp_path), made_up_results(4, ("resformer", "svformer")), {},
                     made_up_maps(4, ("resformer", "svformer")))
