@@ -351,7 +351,7 @@ def write_shards(pieces, tok, workers, out_dir, stem, shard_size, val_fraction, 
 
     def progress(end=""):
         dt = max(time.time() - t0, 1e-9)
-        if not quiet:
+        if not quiet and (end or sys.stderr.isatty()):  # a log file gets the last line only
             print(f"\rtokenized {nbytes / 1e6:.1f} MB -> {ntokens:,} tokens in {dt:.1f}s "
                   f"({nbytes / 1e6 / dt:.2f} MB/s)", end=end, file=sys.stderr, flush=True)
     try:
