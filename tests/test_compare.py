@@ -631,3 +631,17 @@ def test_results_open_with_the_verdict_and_table_the_gap_along_the_run(data_dir,
     gap = json.load(open(tmp_path / "results.json"))["modes"]["svformer"]["gap"]
     assert list(gap) == ["40", "100", "140", "200"]
     assert gap["100"]["mean"] == pytest.approx(0.05) and gap["140"]["mean"] == pytest.approx(0)
+
+
+def test_the_demo_is_the_default_comparison_shortened():
+    """config/demo.py is compare's default preset for half its steps on one seed: the same
+    model, data, learning rates and variants, so what the demo shows is what the full run
+    measures (README, "What a class will see")."""
+    from configurator import read_preset
+    root = Path(__file__).resolve().parent.parent
+    demo, full = (read_preset(str(root / "config" / f"{n}.py")) for n in ("demo", "compare"))
+    assert demo.pop("max_iters") * 2 == full.pop("max_iters")
+    assert (demo.pop("seeds"), demo.pop("jobs"), demo.pop("out_dir")) == ("1", 4, "out-demo")
+    assert set(full.pop("lrs").split(",")) == {f"{m}=8.5e-3" for m in demo["modes"].split(",")}
+    full.pop("out_dir")
+    assert demo == full
