@@ -439,6 +439,7 @@ def main(argv):
                                                                 cfg["learning_rate"]))
                             for n, o in modes}
         info["point"] = points[0][0] if points else None
+        info["own_lrs"] = bool(parse_list(cfg["lrs"]))  # each variant's lr named (--lrs)
     if search:
         info.update(tune_seeds=parse_seeds(cfg["tune_seeds"], 1), best_lrs=best)
     tables.write_tables(root, results, sweep, info, search)

@@ -25,3 +25,4 @@ warmup_iters = 50
 eval_interval = 20
 eval_iters = 4
 log_interval = 50
+lrs = "vanilla=8.5e-3,resformer=8.5e-3,resformer:lambda_1=2:lambda_2=1=8.5e-3,svformer=8.5e-3"

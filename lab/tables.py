@@ -33,9 +33,11 @@ def headline(results, info):
         p = r.get("paired")
         if p is None:
             continue
-        if p["interval"] is None:
-            return (f"**Verdict: one seed ({info['seeds'][0]}), so no interval: differences to "
-                    f"vanilla are shown but nothing here is beyond noise.**")
+        if p["interval"] is None:  # one seed: the differences, and no claim
+            return (f"**Verdict: one seed ({info['seeds'][0]}), so no interval and nothing here "
+                    f"is beyond noise; final val loss - vanilla's: " + ", ".join(
+                        f"{n} {q['paired']['mean']:+.3f}" for n, q in results.items()
+                        if q.get("paired")) + " (--seeds=3 for paired statistics).**")
         key = ("lower than vanilla beyond noise" if p["interval"][1] < 0 else
                "higher than vanilla beyond noise" if p["interval"][0] > 0 else
                "not distinguishable from vanilla")
@@ -87,8 +89,11 @@ def write_tables(root, results, sweep, info, search=None):
              ", ".join(f"{n} {lr:g}" for n, lr in info["best_lrs"].items()) +
              f"), found on the search seeds {info['tune_seeds']}; the search is below.\n")
     if "peak_lrs" in info and len(set(info["peak_lrs"].values())) == 1:
-        tuned = (f"Every variant at one shared peak learning rate, "
-                 f"{next(iter(info['peak_lrs'].values())):g} (the paper's protocol).\n")
+        shared = next(iter(info["peak_lrs"].values()))
+        tuned = (f"Each variant at its own peak learning rate (--lrs), the same for all: {shared:g} "
+                 f"(so also the paper's protocol).\n" if info.get("own_lrs") else
+                 f"Every variant at one shared peak learning rate, {shared:g} "
+                 f"(the paper's protocol).\n")
     elif "peak_lrs" in info:  # --lrs: each at its own peak lr, from an earlier --tune
         tuned = ("Each variant at its own peak learning rate (" + ", ".join(
             f"{n} {lr:g}" for n, lr in info["peak_lrs"].items()) + "; --lrs).\n")
