@@ -28,7 +28,7 @@ def pyplot():
 def save(plt, fig, path):
     for ax in fig.axes:
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
+        if ax.get_legend() is None and ax.get_legend_handles_labels()[0]:  # unless placed
             ax.legend(fontsize=8, framealpha=0.9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -113,18 +113,21 @@ def loss_figure(plt, root, results, escape_loss=0.0):
     else:
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6.5), sharex=True,
                                           gridspec_kw={"height_ratios": [3, 2]})
-    gaps = []
+    gaps, escape_marked = [], False
     for name, r in results.items():
         tokens, curves = np.array(r["tokens"]), np.array(r["curves"])
         keep = tokens > 0  # step 0 (loss ~ log vocab) would flatten everything else
-        line, = top.plot(tokens[keep], curves.mean(0)[keep], marker="o", ms=2, label=name)
+        left = [e[1] for e in r.get("escape", []) if e]
+        stalled = escape_loss and len(left) < len(r.get("escape", []))  # say so in the legend
+        line, = top.plot(tokens[keep], curves.mean(0)[keep], marker="o", ms=2, label=name + (
+            f" (left the plateau on {len(left)} of {len(r['escape'])} seeds)" if stalled else ""))
         top.fill_between(tokens[keep], curves.min(0)[keep], curves.max(0)[keep],
                          color=line.get_color(), alpha=0.2)
-        left = [e[1] for e in r.get("escape", []) if e]
-        if escape_loss and left:
+        if escape_loss and left:  # one legend entry explains every triangle
             top.plot([np.mean(left)], [escape_loss], marker="v", ms=9, color=line.get_color(),
-                     ls="none", label=f"{name} leaves the plateau ({len(left)} of "
-                                      f"{len(r['escape'])} seeds)")
+                     ls="none", label=None if escape_marked else
+                     "leaves the plateau (mean step of the seeds that left)")
+            escape_marked = True
         if base is not None and name != "vanilla":
             # a shorter variant: its own points, vanilla's same tokens
             steps = min(len(tokens), len(base["tokens"]))
@@ -146,6 +149,7 @@ def loss_figure(plt, root, results, escape_loss=0.0):
         top.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
     if escape_loss:
         top.axhline(escape_loss, color="gray", ls=":", lw=1)
+    top.legend(fontsize=8, framealpha=0.9, loc="upper right")  # curves fall from the upper left
     top.set(ylabel="val loss (nats per token)",
             title="Val loss (fixed windows; mean over seeds, band = min-max; lower is better)")
     tokens_axis(top)

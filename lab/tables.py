@@ -140,8 +140,9 @@ def write_tables(root, results, sweep, info, search=None):
                "|---" * (len(steps) + 1) + "|"]
         for name, g in gapped.items():
             md.append(f"| {name} | " + " | ".join(
-                "-" if st not in g else f"{g[st]['mean']:+.4f} {fmt_interval(g[st])}, "
-                f"{g[st]['wins']} of {g[st]['n']}" for st in steps) + " |")
+                "-" if st not in g else f"{g[st]['mean']:+.4f}" + (
+                    "" if g[st]["interval"] is None else f" {fmt_interval(g[st])}") +
+                f", {g[st]['wins']} of {g[st]['n']}" for st in steps) + " |")
     if any("escape" in r for r in results.values()):
         md += [f"\n## Leaving the early plateau (fixed-window val loss below "
                f"{info['escape_loss']:g})\n",

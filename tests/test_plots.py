@@ -133,7 +133,9 @@ def test_the_loss_axis_starts_where_curves_compare_and_lambdas_show_their_start(
     assert high < first - 0.3 and low < min(np.min(r["curves"]) for r in results.values())
     marks = [line for line in loss.axes[0].lines if line.get_marker() == "v"]
     assert [(list(m.get_xdata()), list(m.get_ydata())) for m in marks] == [([614400], [2.9])]
-    assert "resformer leaves the plateau (2 of 3 seeds)" in [m.get_label() for m in marks]
+    labels = [t.get_text() for t in loss.axes[0].get_legend().get_texts()]
+    assert "resformer (left the plateau on 2 of 3 seeds)" in labels and "vanilla" in labels
+    assert labels.count("leaves the plateau (mean step of the seeds that left)") == 1
     lambdas = next(fig for fig in figures if fig.axes[0].get_ylabel() == "learned lambda")
     assert any(list(line.get_ydata()) == [0.5, 0.5] for line in lambdas.axes[0].lines)
 
