@@ -130,38 +130,7 @@ def write_tables(root, results, sweep, info, search=None):
                 shown = ", ".join("never" if c is None else f"{c / total:.0%}"
                                   for c in r["crossing_tokens"])
                 md.append(f"- {name}: {shown}")
-    gapped = {n: r["gap"] for n, r in results.items() if r.get("gap")}
-    if gapped:
-        steps = sorted({st for g in gapped.values() for st in g})
-        md += ["\n## The gap along the run (fixed-window val loss, variant - vanilla, same seed)\n",
-               "Inside the same runs, so the later steps show whether an early gain lasts. "
-               "Each cell: mean difference [95% interval], wins.\n",
-               "| variant | " + " | ".join(f"step {st}" for st in steps) + " |",
-               "|---" * (len(steps) + 1) + "|"]
-        for name, g in gapped.items():
-            md.append(f"| {name} | " + " | ".join(
-                "-" if st not in g else f"{g[st]['mean']:+.4f}" + (
-                    "" if g[st]["interval"] is None else f" {fmt_interval(g[st])}") +
-                f", {g[st]['wins']} of {g[st]['n']}" for st in steps) + " |")
-    if any("escape" in r for r in results.values()):
-        md += [f"\n## Leaving the early plateau (fixed-window val loss below "
-               f"{info['escape_loss']:g})\n",
-               "The step at which each run's val loss first fell below it, per seed (never: "
-               "still on the plateau at the end)." + (
-                   " Paired: variant - vanilla in tokens, negative = left sooner; a run that never "
-                   "left counts at its last tokens (a lower bound).\n" if paired else "\n"),
-               "| variant | step per seed |" + (" mean diff (tokens) | 95% interval | sooner |"
-                                                if paired else ""),
-               "|---" * (5 if paired else 2) + "|"]
-        for name, r in results.items():
-            p = r.get("escape_paired")
-            cells = ([] if not paired else ["-"] * 3 if not p else [
-                f"{p['mean']:+,.0f}", "-" if p["interval"] is None else
-                f"[{p['interval'][0]:+,.0f}, {p['interval'][1]:+,.0f}]",
-                f"{p['wins']} of {p['n']}"])
-            md.append(f"| {name} | " + ", ".join("never" if e is None else str(e[0])
-                                               for e in r["escape"]) + " |" +
-                      "".join(f" {c} |" for c in cells))
+    md += gap_table(results) + escape_table(results, info, paired)
     md += ["\n| variant | KV cache B/token | train tokens/s (per run) |", "|---|---|---|"]
     for n, r in results.items():
         speed = f"{r['tokens_per_sec']:,.0f}" if np.isfinite(r["tokens_per_sec"]) else "-"
@@ -208,6 +177,50 @@ def write_tables(root, results, sweep, info, search=None):
     md += size_table(sweep)
     with shards.atomic_write(os.path.join(root, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
+
+
+def gap_table(results):
+    """The paired fixed-window gap to vanilla at --gap_steps, inside the same runs."""
+    md = []
+    gapped = {n: r["gap"] for n, r in results.items() if r.get("gap")}
+    if gapped:
+        steps = sorted({st for g in gapped.values() for st in g})
+        md += ["\n## The gap along the run (fixed-window val loss, variant - vanilla, same seed)\n",
+               "Inside the same runs, so the later steps show whether an early gain lasts. "
+               "Each cell: mean difference [95% interval], wins.\n",
+               "| variant | " + " | ".join(f"step {st}" for st in steps) + " |",
+               "|---" * (len(steps) + 1) + "|"]
+        for name, g in gapped.items():
+            md.append(f"| {name} | " + " | ".join(
+                "-" if st not in g else f"{g[st]['mean']:+.4f}" + (
+                    "" if g[st]["interval"] is None else f" {fmt_interval(g[st])}") +
+                f", {g[st]['wins']} of {g[st]['n']}" for st in steps) + " |")
+    return md
+
+
+def escape_table(results, info, paired):
+    """When each run left the early plateau, paired in tokens against vanilla."""
+    md = []
+    if any("escape" in r for r in results.values()):
+        md += [f"\n## Leaving the early plateau (fixed-window val loss below "
+               f"{info['escape_loss']:g})\n",
+               "The step at which each run's val loss first fell below it, per seed (never: "
+               "still on the plateau at the end)." + (
+                   " Paired: variant - vanilla in tokens, negative = left sooner; a run that never "
+                   "left counts at its last tokens (a lower bound).\n" if paired else "\n"),
+               "| variant | step per seed |" + (" mean diff (tokens) | 95% interval | sooner |"
+                                                if paired else ""),
+               "|---" * (5 if paired else 2) + "|"]
+        for name, r in results.items():
+            p = r.get("escape_paired")
+            cells = ([] if not paired else ["-"] * 3 if not p else [
+                f"{p['mean']:+,.0f}", "-" if p["interval"] is None else
+                f"[{p['interval'][0]:+,.0f}, {p['interval'][1]:+,.0f}]",
+                f"{p['wins']} of {p['n']}"])
+            md.append(f"| {name} | " + ", ".join("never" if e is None else str(e[0])
+                                               for e in r["escape"]) + " |" +
+                      "".join(f" {c} |" for c in cells))
+    return md
 
 
 def size_table(sweep):
