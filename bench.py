@@ -25,9 +25,10 @@ import torch
 from torch.utils.benchmark import Measurement, Timer
 
 import shards
-from configurator import device_type, parse_args, parse_list, plural, run_main, setup_device
+from configurator import (device_type, gpu_peak_flops, parse_args, parse_list, plural, run_main,
+                          setup_device)
 from model import GPT, VALUE_MODES, GPTConfig, KVCache, kv_cache_bytes
-from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, gpu_peak_flops
+from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
 
 # train.py's settings that a timing does not use: a preset may set them (config/*.py work as they
 # are) and they are ignored; --help does not list them and the command line refuses them

@@ -8,14 +8,17 @@ with ast.literal_eval, never executed, so a preset can only set values, and ever
 override names must be one the script knows, with a value of the default's type.
 
 Each script lists its settings as name=(default, meaning) at its top; `--help` prints that list.
-Also here, because every script needs them: the device a run computes on (setup_device) and the
-way a script runs as a program (run_main: a user's mistake is one line, never a traceback).
+Also here, because every script needs them: the device a run computes on (setup_device; the GPU
+peak table behind MFU) and the way a script runs as a program (run_main: a user's mistake is one
+line, never a traceback; CtrlC: a training loop's first Ctrl-C stops it at a step boundary).
 """
 import ast
 import difflib
 import errno
 import os
+import signal
 import sys
+import time
 from contextlib import nullcontext
 
 class ConfigError(ValueError):
@@ -213,6 +216,50 @@ def setup_device(device="auto", dtype="auto"):
     autocast = (nullcontext() if dtype == "float32"
                 else torch.autocast(kind, dtype=getattr(torch, dtype)))
     return device, dtype, autocast
+
+
+# Dense bf16 peak FLOP/s per GPU, for MFU (an unknown GPU gets none rather than a wrong one).
+# Hopper SXM 989.4 TFLOP/s (datasheets give twice that, with sparsity), NVL 835 per GPU, PCIe 756.
+GPU_PEAK_BF16_FLOPS = {
+    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12,
+    "H100": 989.4e12, "H200": 989.4e12, "GH200": 989.4e12,
+    "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
+    "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
+
+
+def gpu_peak_flops(device_name):
+    """Peak bf16 FLOP/s for a name like 'NVIDIA H200' (longest key first), or None if unknown."""
+    return next((GPU_PEAK_BF16_FLOPS[n] for n in sorted(GPU_PEAK_BF16_FLOPS, key=len, reverse=True)
+                 if n in device_name), None)
+
+
+class CtrlC:
+    """First Ctrl-C: the loop stops at the next step boundary (all ranks at one) and saves; a second
+    stops at once. Under torchrun a rank gets each Ctrl-C twice: within a second, it is one.
+    restore() gives SIGINT back to the handler it had before."""
+
+    def __init__(self, log):
+        self.log, self.requested, self.at = log, False, 0.0
+        self.previous = signal.signal(signal.SIGINT, self.on_sigint)
+
+    def on_sigint(self, signum, frame):
+        if self.requested and time.time() - self.at >= 1.0:
+            raise KeyboardInterrupt
+        if not self.requested:
+            self.requested, self.at = True, time.time()
+            self.log(line="\nCtrl-C: stopping after this step (Ctrl-C again to stop at once)")
+
+    def agreed(self, device, ddp):
+        """Whether to stop; under DDP the ranks compare flags (a sync, so every log_interval)."""
+        if not ddp:
+            return self.requested
+        import torch
+        flag = torch.tensor(float(self.requested), device=device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return flag.item() > 0
+
+    def restore(self):
+        signal.signal(signal.SIGINT, self.previous)
 
 
 def run_main(main):

@@ -338,6 +338,17 @@ def disk_full(error):
     return False
 
 
+def no_space(error, saved_iter, ckpt_path, log_path):
+    """A full disk's one line: what failed, and which checkpoint is whole (other errors pass)."""
+    if not disk_full(error):
+        return error
+    kept = (f"the checkpoint of step {saved_iter} is kept (free some space, then add --resume)"
+            if saved_iter is not None else "the ckpt.pt already there is unchanged"
+            if os.path.exists(ckpt_path) else "no checkpoint was saved")
+    doing = f"saving {ckpt_path}" if isinstance(error, DiskFull) else f"writing {log_path}"
+    return DiskFull(error.errno, f"no space left on device while {doing}; {kept}")
+
+
 @contextlib.contextmanager
 def atomic_write(path, mode="wb", fsync=False):
     """with atomic_write(path) as f: write to path.tmp, then rename it over path, so a reader (or

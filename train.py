@@ -14,7 +14,6 @@ import gc
 import json
 import math
 import os
-import signal
 import time
 
 import torch
@@ -22,8 +21,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import shards
-from configurator import (ConfigError, defaults_of, device_type, given_keys, parse_args, plural,
-                          run_main, setup_device)
+from configurator import (ConfigError, CtrlC, defaults_of, device_type, given_keys,
+                          gpu_peak_flops, parse_args, plural, run_main, setup_device)
 from model import GPT, GPTConfig
 
 # The settings, name=(default, meaning). The defaults are the CPU quickstart (config/quickstart.py
@@ -318,45 +317,6 @@ def announce(log, cfg, changes, notes, settings, num_params, tokens_per_step, ac
         f"{plural(cfg['max_iters'], 'step')}, data {data_dir}")
 
 
-# Dense bf16 peak FLOP/s per GPU, for MFU (an unknown GPU gets none rather than a wrong one).
-# Hopper SXM 989.4 TFLOP/s (datasheets give twice that, with sparsity), NVL 835 per GPU, PCIe 756.
-GPU_PEAK_BF16_FLOPS = {
-    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12,
-    "H100": 989.4e12, "H200": 989.4e12, "GH200": 989.4e12,
-    "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
-    "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
-
-
-def gpu_peak_flops(device_name):
-    """Peak bf16 FLOP/s for a name like 'NVIDIA H200' (longest key first), or None if unknown."""
-    return next((GPU_PEAK_BF16_FLOPS[n] for n in sorted(GPU_PEAK_BF16_FLOPS, key=len, reverse=True)
-                 if n in device_name), None)
-
-
-class CtrlC:
-    """First Ctrl-C: the loop stops at the next step boundary (all ranks at one) and saves; a second
-    stops at once. Under torchrun a rank gets each Ctrl-C twice: within a second, it is one."""
-
-    def __init__(self, log):
-        self.log, self.requested, self.at = log, False, 0.0
-        self.previous = signal.signal(signal.SIGINT, self.on_sigint)
-
-    def on_sigint(self, signum, frame):
-        if self.requested and time.time() - self.at >= 1.0:
-            raise KeyboardInterrupt
-        if not self.requested:
-            self.requested, self.at = True, time.time()
-            self.log(line="\nCtrl-C: stopping after this step (Ctrl-C again to stop at once)")
-
-    def agreed(self, device, ddp):
-        """Whether to stop; under DDP the ranks compare flags (a sync, so every log_interval)."""
-        if not ddp:
-            return self.requested
-        flag = torch.tensor(float(self.requested), device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return flag.item() > 0
-
-
 # -----------------------------------------------------------------------------
 # training
 
@@ -532,9 +492,9 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
         status = "interrupted"
         log(line=f"\nstopped at once: kept the last checkpoint in {ckpt_path}")
     except OSError as e:  # a full disk: one line that says which checkpoint is whole
-        raise no_space(e, saved_iter, ckpt_path, log.path) from None
+        raise shards.no_space(e, saved_iter, ckpt_path, log.path) from None
     finally:
-        signal.signal(signal.SIGINT, ctrl_c.previous)
+        ctrl_c.restore()
 
     if status == "done":  # the final number: every validation token once, not a sample of windows
         full_val, n = full_split_loss(raw_model, val_shards, cfg["block_size"], cfg["batch_size"],
@@ -552,17 +512,6 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
             "tokens_per_sec": sorted(speeds)[len(speeds) // 2] if speeds else float("nan"),
             "kv_cache_bytes_per_token": raw_model.kv_cache_bytes(1, 1, getattr(torch, dtype)),
             "out_dir": cfg["out_dir"], "model": raw_model}
-
-
-def no_space(error, saved_iter, ckpt_path, log_path):
-    """A full disk's one line: what failed, and which checkpoint is whole (other errors pass)."""
-    if not shards.disk_full(error):
-        return error
-    kept = (f"the checkpoint of step {saved_iter} is kept (free some space, then add --resume)"
-            if saved_iter is not None else "the ckpt.pt already there is unchanged"
-            if os.path.exists(ckpt_path) else "no checkpoint was saved")
-    doing = f"saving {ckpt_path}" if isinstance(error, shards.DiskFull) else f"writing {log_path}"
-    return shards.DiskFull(error.errno, f"no space left on device while {doing}; {kept}")
 
 
 # -----------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""train.py's GPU peak table (checkpoint writing is tested through train.py, test_train.py);
+"""The GPU peak table (configurator.py; checkpoints are tested through train.py in test_train.py)
 and shards.hold_lock, the lock train.py and prepare.py take."""
 import pytest
 
-from train import gpu_peak_flops
+from configurator import gpu_peak_flops
 from shards import hold_lock
 
 
