@@ -44,7 +44,7 @@ from configurator import (ConfigError, defaults_of, given_keys, load_config, par
 from lab import plots, tables
 from lab.analysis import crossing, escape, internals, next_lr, paired_stats, round_lr
 from lab.runs import final_loss, finished, heldout_windows, run_grid
-from model import GPT
+from model import GPT, VALUE_MODES
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, decay_end
 
 COMPARE_SETTINGS = dict(
@@ -80,7 +80,8 @@ SETTINGS = {**{k: v for k, v in TRAIN_SETTINGS.items() if k not in ACTIONS},
 USAGE = ("usage: python compare.py [config/preset.py ...] [--key=value ...]   "
          "(default preset: config/compare.py)")
 DEFAULT_PRESET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config", "compare.py")
-MODE_RE = re.compile(r"^(vanilla|resformer|svformer)(_learnable)?(?:_kv(\d+))?$")
+# a variant's name: a value mode of model.py, then optional _learnable and _kvN shorthands
+MODE_RE = re.compile(r"^(\w+?)(_learnable)?(?:_kv(\d+))?$")
 
 
 def parse_overrides(text, what):
@@ -100,10 +101,10 @@ def parse_modes(text):
     for spec in parse_list(text):
         base_name, _, extra = spec.partition(":")
         match = MODE_RE.match(base_name)
-        if not match:
-            raise ConfigError(f"unknown mode {spec!r}: use vanilla, resformer or svformer, "
-                              "optionally with _learnable (resformer), _kvN and :key=value "
-                              "settings, e.g. svformer_kv1:n_layer=8")
+        if not match or match.group(1) not in VALUE_MODES:
+            raise ConfigError(f"unknown mode {spec!r}: use {', '.join(VALUE_MODES)} (model.py's "
+                              "VALUE_MODES), optionally with _learnable (resformer), _kvN and "
+                              ":key=value settings, e.g. svformer_kv1:n_layer=8")
         base, learnable, kv = match.groups()
         if learnable and base != "resformer":
             raise ConfigError(f"mode {spec!r}: _learnable applies to resformer only")
@@ -318,10 +319,9 @@ def per_mode(summaries, names, seeds, point, escape_loss=0.0, gap_steps=()):
                                         else 0 * per_seed[0]).tolist())
         if escape_loss:
             r["escape"] = [escape(run["evals"], escape_loss) for run in runs.values()]
-        lambdas = [run["evals"][-1].get("lambdas") for run in runs.values()]
-        if all(lambdas):
-            # per layer (lambda_1, lambda_2)
-            r["lambdas"] = np.mean(np.array(lambdas), axis=0).tolist()
+        mixing = [run["evals"][-1].get("mixing") for run in runs.values()]
+        if all(mixing):  # each learned mixing weight at the end, the mean over seeds
+            r["mixing"] = {k: np.mean([m[k] for m in mixing], axis=0).tolist() for k in mixing[0]}
         results[name] = r
     if "vanilla" in results:
         base = results["vanilla"]

@@ -1,13 +1,17 @@
-"""One GPT, three value modes (Value Residual Learning, arXiv 2410.17897).
+"""One GPT, four value modes (Value Residual Learning, arXiv 2410.17897, and what came after).
 
-    vanilla    U_n = A_n V_n
-    resformer  U_n = A_n (lambda_1 V_1 + lambda_2 V_n)    for n >= 2 (official: 0.5, 0.5)
-    svformer   U_n = A_n V_1                              for n >= 2 (no value projection)
+    vanilla      U_n = A_n V_n
+    resformer    U_n = A_n (lambda_1 V_1 + lambda_2 V_n)      for n >= 2 (official: 0.5, 0.5)
+    svformer     U_n = A_n V_1                                for n >= 2 (no value projection)
+    value_embed  U_n = A_n ((1 - lambda_n) V_n + lambda_n E_n[x])   every n (GPT-2 speedrun)
 
 A_n is layer n's causal softmax attention, V_n its value projection and V_1 the first layer's.
-The switch is `GPTConfig.value_mode`; the three lines above live in CausalSelfAttention.forward.
-The rest is a GPT-2 (learned positions, pre-LayerNorm, GELU MLP, tied head) as in nanoGPT, plus
-grouped-query attention (`n_kv_head`) and a KV cache that stores one value tensor for SVFormer.
+E_n is layer n's own table of values looked up by the token x alone (value embeddings: the GPT-2
+speedrun, modded-nanogpt's record of 2024-12-04, replaced V_1 by them; lambda_n is learned, from
+0.5). The switch is `GPTConfig.value_mode`; the four lines above live in
+CausalSelfAttention.forward. The rest is a GPT-2 (learned positions, pre-LayerNorm, GELU MLP,
+tied head) as in nanoGPT, plus grouped-query attention (`n_kv_head`) and a KV cache that stores
+one value tensor for SVFormer.
 """
 import inspect
 import math
@@ -18,7 +22,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-VALUE_MODES = ("vanilla", "resformer", "svformer")
+# Each value mode, and how tables and pictures name it. A mode of your own goes here and in
+# CausalSelfAttention (its line in forward, its weights in __init__): every script takes it then.
+VALUE_MODES = {"vanilla": "vanilla", "resformer": "ResFormer", "svformer": "SVFormer",
+               "value_embed": "value embeddings"}
 # Kernels for one-token decode steps: cuDNN plans per shape and the key length grows every step,
 # so pick flash / memory-efficient explicitly, with MATH (every device, float32) as the fallback.
 DECODE_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
@@ -34,7 +41,7 @@ class GPTConfig:
     n_embd: int = 768
     dropout: float = 0.0
     bias: bool = True  # in Linears and LayerNorms, like GPT-2; False is a bit better and faster
-    value_mode: str = "vanilla"  # "vanilla" | "resformer" | "svformer"
+    value_mode: str = "vanilla"  # one of VALUE_MODES
     # resformer's mix U_n = A_n (lambda_1 V_1 + lambda_2 V_n): the official code's 0.5/0.5; the
     # paper's lambda sweep writes U_n = A_n (V_n + lambda V_1), i.e. lambda_1=lambda, lambda_2=1
     lambda_1: float = 0.5
@@ -130,30 +137,40 @@ class CausalSelfAttention(nn.Module):
                 self.value_lambdas = nn.Parameter(lambdas)
             else:
                 self.register_buffer("value_lambdas", lambdas)
+        if config.value_mode == "value_embed":  # a table of values per layer, and its mixing weight
+            self.value_embed = nn.Embedding(config.vocab_size, self.kv_dim)
+            self.value_lambda = nn.Parameter(torch.tensor(0.5))
+
+    def heads(self, t, n_heads):
+        """(B, T, n_heads * head_dim) -> (B, n_heads, T, head_dim)."""
+        return t.view(*t.shape[:2], n_heads, self.head_dim).transpose(1, 2)
 
     def project(self, x):
         """q: (B, n_head, T, hd); k, v: (B, n_kv_head, T, hd); v is None without a projection."""
-        B, T, C = x.size()
         parts = self.c_attn(x).split(self.split_sizes, dim=2)
-        q = parts[0].view(B, T, self.n_head, self.head_dim).transpose(1, 2)
-        k = parts[1].view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
-        v = (parts[2].view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
-             if self.owns_value else None)
+        q, k = self.heads(parts[0], self.n_head), self.heads(parts[1], self.n_kv_head)
+        v = self.heads(parts[2], self.n_kv_head) if self.owns_value else None
         return q, k, v
 
-    def forward(self, x, first_value, kv_cache=None):
-        """x (B, T, C) and V_1 (None in layer 1) -> (output (B, T, C), this layer's value)."""
+    def forward(self, x, idx, first_value, kv_cache=None):
+        """x (B, T, C), its tokens idx (B, T) and V_1 (None in layer 1) -> (output (B, T, C), this
+        layer's value)."""
         B, T, C = x.size()
         q, k, v = self.project(x)
 
-        # The three value modes, in key/value-head space (values get no positional signal).
-        if self.layer_idx == 0 or self.value_mode == "vanilla":
+        # The value modes, in key/value-head space (values get no positional signal).
+        if self.value_mode == "value_embed":  # every layer, the first one too
+            lam, table = self.value_lambda, self.heads(self.value_embed(idx), self.n_kv_head)
+            value = (1 - lam) * v + lam * table  # U_n = A_n ((1 - l) V_n + l E_n[x])
+        elif self.layer_idx == 0 or self.value_mode == "vanilla":
             value = v  # U_n = A_n V_n
         elif self.value_mode == "resformer":
             lambda_1, lambda_2 = self.value_lambdas
             value = lambda_1 * first_value + lambda_2 * v  # U_n = A_n (l1 V_1 + l2 V_n)
-        else:  # svformer
+        elif self.value_mode == "svformer":
             value = first_value  # U_n = A_n V_1
+        else:
+            raise NotImplementedError(f"value_mode {self.value_mode!r} has no line here yet")
 
         attended_value = value
         if kv_cache is not None:  # values are stored only by layers that own them (svformer: V_1)
@@ -187,8 +204,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x, first_value, kv_cache=None):
-        attn_out, value = self.attn(self.ln_1(x), first_value, kv_cache)
+    def forward(self, x, idx, first_value, kv_cache=None):
+        attn_out, value = self.attn(self.ln_1(x), idx, first_value, kv_cache)
         x = x + attn_out
         x = x + self.mlp(self.ln_2(x))
         return x, value
@@ -224,6 +241,17 @@ class GPT(nn.Module):
         n = sum(p.numel() for p in self.parameters())
         return n - self.transformer.wpe.weight.numel() if non_embedding else n
 
+    def lookup_tables(self):
+        """The embeddings a token only looks a row up in: every nn.Embedding but the token
+        embedding (it is also the head, a matmul) and the positions (num_params leaves them out)."""
+        skip = (self.transformer.wte, self.transformer.wpe)
+        return [m for m in self.modules() if isinstance(m, nn.Embedding) and m not in skip]
+
+    def active_params(self):
+        """Parameters one token uses: num_params, with one row of each lookup table."""
+        return self.num_params() - sum(m.weight.numel() - m.embedding_dim
+                                       for m in self.lookup_tables())
+
     @classmethod
     def from_checkpoint(cls, ckpt, device="cpu"):
         """A trained model in eval mode from train.py's checkpoint dict (read by shards):
@@ -246,7 +274,7 @@ class GPT(nn.Module):
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         first_value = None
         for block in self.transformer.h:
-            x, value = block(x, first_value, kv_cache)
+            x, value = block(x, idx, first_value, kv_cache)
             if first_value is None:
                 first_value = value  # V_1, not detached: all layers' gradients reach layer 1's W_V
         x = self.transformer.ln_f(x)
@@ -303,31 +331,56 @@ class GPT(nn.Module):
         return torch.cat([idx] + new, dim=1)
 
     def flops_per_token(self, seq_len=None):
-        """Training FLOPs per token: 6N for the weights plus 12 * L * C * T for attention (PaLM)."""
+        """Training FLOPs per token: 6N for the weights plus 12 * L * C * T for attention (PaLM);
+        N leaves the lookup tables out (a row lookup multiplies nothing)."""
         seq_len = seq_len or self.config.block_size
-        return 6 * self.num_params() + 12 * self.config.n_layer * self.config.n_embd * seq_len
+        matmul_params = self.num_params() - sum(m.weight.numel() for m in self.lookup_tables())
+        return 6 * matmul_params + 12 * self.config.n_layer * self.config.n_embd * seq_len
 
     def estimate_mfu(self, tokens_per_second, peak_flops, seq_len=None):
         """Model FLOPs utilisation: achieved training FLOP/s over the hardware's peak."""
         return self.flops_per_token(seq_len) * tokens_per_second / peak_flops
 
+    def parameter_groups(self):
+        """{"decay": [...], "no_decay": [...], "mixing": [...]} of (name, parameter), by the module
+        that holds each: the weights of Linear and Embedding layers decay; biases and LayerNorms
+        do not; any other parameter, one a layer creates itself (the learned lambdas, a gate of
+        your own), is a mixing weight: no decay, its own lr, logged at every evaluation."""
+        groups, seen = {"decay": [], "no_decay": [], "mixing": []}, set()
+        for module_name, module in self.named_modules():
+            for name, p in module.named_parameters(prefix=module_name, recurse=False):
+                if id(p) in seen or not p.requires_grad:
+                    continue  # the tied token embedding is the head's weight: once
+                seen.add(id(p))
+                if isinstance(module, (nn.Linear, nn.Embedding)) and name.endswith("weight"):
+                    groups["decay"].append((name, p))
+                elif isinstance(module, (nn.Linear, nn.Embedding, nn.LayerNorm)):
+                    groups["no_decay"].append((name, p))
+                else:
+                    groups["mixing"].append((name, p))
+        return groups
+
+    def mixing_weights(self):
+        """{name: value(s)} of the mixing weights, e.g. {"transformer.h.1.attn.value_lambdas":
+        [0.5, 0.5], ...}: what training makes of them is part of the result."""
+        return {name: p.detach().cpu().tolist() for name, p in self.parameter_groups()["mixing"]}
+
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type,
                              lambda_lr_scale=1.0):
-        """AdamW; weight decay on 2-D weights (matmuls, embeddings) only. Learned lambdas step at
-        lambda_lr_scale x the lr: each scales a whole layer's values, and Adam moves a scalar by
-        about the lr per step whatever its gradient. A group's "lr_scale" scales train.py's lr."""
-        params = {name: p for name, p in self.named_parameters() if p.requires_grad}
-        lambdas = [p for name, p in params.items() if name.endswith("value_lambdas")]
-        rest = [p for name, p in params.items() if not name.endswith("value_lambdas")]
-        decay, no_decay = [p for p in rest if p.dim() >= 2], [p for p in rest if p.dim() < 2]
-        groups = [{"params": decay, "weight_decay": weight_decay, "lr_scale": 1.0},
-                  {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0}]
-        if lambdas:
-            groups.append({"params": lambdas, "weight_decay": 0.0, "lr_scale": lambda_lr_scale})
+        """AdamW over parameter_groups(). Mixing weights step at lambda_lr_scale x the lr: each
+        scales a whole layer's values, and Adam moves a scalar by about the lr per step whatever
+        its gradient. A group's "lr_scale" scales train.py's lr."""
+        groups = self.parameter_groups()
+        param_groups = [
+            {"params": [p for _, p in groups["decay"]], "weight_decay": weight_decay,
+             "lr_scale": 1.0},
+            {"params": [p for _, p in groups["no_decay"]], "weight_decay": 0.0, "lr_scale": 1.0}]
+        if groups["mixing"]:
+            param_groups.append({"params": [p for _, p in groups["mixing"]], "weight_decay": 0.0,
+                                 "lr_scale": lambda_lr_scale})
         fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas,
+        return torch.optim.AdamW(param_groups, lr=learning_rate, betas=betas,
                                  **({"fused": True} if fused else {}))
-
 
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None):
     """The next token from (B, vocab) logits: greedy at temperature 0, else top-k/top-p sampling."""

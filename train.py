@@ -427,10 +427,10 @@ def run(cfg, ckpt, changes, device, dtype, autocast, rank, world):
                 evals.append({"iter": iter_num, "tokens": iter_num * tokens_per_step,
                               "train_loss": losses["train"], "val_loss": val_loss})
                 line = f"step {iter_num}: train loss {losses['train']:.4f}, val loss {val_loss:.4f}"
-                if cfg["learnable_lambda"]:  # what training makes of the start, layer by layer
-                    pairs = [b.attn.value_lambdas.tolist() for b in raw_model.transformer.h[1:]]
-                    evals[-1]["lambdas"] = pairs
-                    line += ", lambdas (V_1/V_n) " + " ".join(f"{a:.2f}/{b:.2f}" for a, b in pairs)
+                mixing = raw_model.mixing_weights()  # what training makes of them, layer by layer
+                if mixing:
+                    evals[-1]["mixing"] = mixing
+                    line += ", " + describe_mixing(mixing)
                 log({"kind": "eval", **evals[-1]}, line)
                 if iter_num > start_iter:
                     save_checkpoint(ckpt_path, record, iter_num, best_val_loss, raw_model,
@@ -561,6 +561,16 @@ def full_split_loss(model, token_shards, block_size, batch_size, device, autocas
     if world > 1:
         dist.all_reduce(sums)
     return (sums[0] / sums[1]).item(), int(sums[1].item())
+
+
+def describe_mixing(mixing):
+    """'value_lambdas (V_1/V_n) 0.52/0.48 0.51/0.49 ...': each kind of mixing weight, by layer."""
+    kinds = {}
+    for name, value in mixing.items():
+        kinds.setdefault(name.rpartition(".")[2], []).append(value)
+    return ", ".join(f"{kind} " + " ".join("/".join(f"{x:.2f}" for x in v) if isinstance(v, list)
+                                           else f"{v:.2f}" for v in values)
+                     for kind, values in kinds.items())
 
 
 def mean_over_ranks(value, world):

@@ -249,3 +249,15 @@ def analyse(model, windows, batch=8):
             similarity[layer] += token_similarity(hidden[layer]) * len(x)
     return {"attention_entropy": (entropy / len(windows)).tolist(),
             "similarity": (similarity / len(windows)).tolist()}
+
+
+def mixing_by_layer(mixing):
+    """{kind: {layer (1-based): [values]}} from a model's mixing_weights() (mean over seeds):
+    'transformer.h.3.attn.value_lambdas' is kind value_lambdas of layer 4; a weight outside the
+    blocks is layer 0."""
+    kinds = {}
+    for name, value in mixing.items():
+        parts = name.split(".")
+        layer = int(parts[2]) + 1 if parts[:2] == ["transformer", "h"] else 0
+        kinds.setdefault(parts[-1], {})[layer] = value if isinstance(value, list) else [value]
+    return kinds

@@ -9,7 +9,30 @@ import textwrap
 
 import numpy as np
 
-from .analysis import size_sweep
+from model import VALUE_MODES
+
+from .analysis import mixing_by_layer, size_sweep
+
+
+def label(name):
+    """A variant as a class reads it: 'resformer:lambda_1=2:lambda_2=1' -> 'ResFormer, λ = 2',
+    'svformer_kv1' -> 'SVFormer, 1 KV head' (the tables keep the exact name)."""
+    base, *settings = name.split(":")
+    mode = max((m for m in VALUE_MODES if base.startswith(m)), key=len, default=None)
+    if mode is None:
+        return name
+    words, rest = [VALUE_MODES[mode]], base[len(mode):]
+    if "_learnable" in rest:
+        words.append("learned λ")
+    if "_kv" in rest:
+        n = rest.rpartition("_kv")[2]
+        words.append(f"{n} KV head{'' if n == '1' else 's'}")
+    given = dict(s.partition("=")[::2] for s in settings)
+    if given.get("lambda_2") == "1" and "lambda_1" in given:  # the paper's U = A (V_n + λ V_1)
+        words.append(f"λ = {given.pop('lambda_1')}")
+        given.pop("lambda_2")
+    words += [f"{k} = {v}" for k, v in given.items()]
+    return ", ".join(words)
 
 
 def pyplot():
@@ -81,17 +104,22 @@ def write_all(root, results, sweep, maps, search=None, escape_loss=0.0):
                                     f"(band = ±1 std over seeds)")
         ax.title.set_fontsize(9)
         written.append(save(plt, fig, os.path.join(root, f"{key}.png")))
-    learned = {n: np.array(r["lambdas"]) for n, r in results.items() if "lambdas" in r}
+    learned = {n: mixing_by_layer(r["mixing"]) for n, r in results.items() if r.get("mixing")}
     if learned:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for name, lambdas in learned.items():
-            layers = np.arange(2, len(lambdas) + 2)
-            ax.plot(layers, lambdas[:, 0], marker="o", label=f"{name}: lambda_1 (V_1)")
-            ax.plot(layers, lambdas[:, 1], marker="s", label=f"{name}: lambda_2 (V_n)")
-        ax.axhline(0.5, color="gray", ls="--", lw=1, label="the start: 0.5 (the official mix)")
-        layer_axis(plt, ax, len(next(iter(learned.values()))) + 1)
-        ax.set(ylabel="learned lambda", title="Learned value-residual lambdas (init 0.5 / 0.5)")
-        written.append(save(plt, fig, os.path.join(root, "lambdas.png")))
+        for name, kinds in learned.items():
+            for kind, by_layer in kinds.items():
+                layers = sorted(by_layer)
+                values = np.array([by_layer[layer] for layer in layers])
+                for i in range(values.shape[1]):
+                    part = f"[{i}]" if values.shape[1] > 1 else ""
+                    ax.plot(layers, values[:, i], marker="os^v"[i % 4],
+                            label=f"{label(name)}: {kind}{part}")
+        ax.axhline(0.5, color="gray", ls="--", lw=1, label="the start: 0.5")
+        layer_axis(plt, ax, max(max(b) for k in learned.values() for b in k.values()))
+        ax.set(ylabel="learned value", title="Learned mixing weights by layer (mean over seeds)")
+        ax.legend(fontsize=7)
+        written.append(save(plt, fig, os.path.join(root, "mixing.png")))
     paired = any("paired" in r for p in sweep.values() for r in p.values())
     if paired and not search:  # under --tune the one "point" is the paper's protocol: a table
         written.append(sweep_figure(plt, root, sweep))

@@ -134,6 +134,8 @@ def summarise(cfg, run_dir, samples, threads):
     summary = {"config": cfg, "status": "done",
                "val_loss_full": [r for r in log if r["kind"] == "final"][-1]["val_loss_full"],
                "evals": [r for r in log if r["kind"] == "eval"], "num_params": model.num_params(),
+               "active_params": model.active_params(),
+               "flops_per_token": model.flops_per_token(cfg["block_size"]),
                "tokens_per_step": first_record["tokens_per_step"],
                "tokens_per_sec": speeds[len(speeds) // 2],
                "threads": threads, "kv_cache_bytes_per_token": model.kv_cache_bytes(1, 1),

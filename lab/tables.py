@@ -1,7 +1,7 @@
 """
 Tables for compare.py: results.md (what a reader sees) and results.json (everything, for
 re-analysis): the paired comparison, the in-run crossing, cache bytes and speed, attention entropy
-and token similarity per layer, learned lambdas, a sweep or the paper's protocol, and the
+and token similarity per layer, learned mixing weights, a sweep or the paper's protocol, and the
 learning-rate search.
 """
 import json
@@ -12,7 +12,7 @@ import numpy as np
 import shards
 from configurator import plural
 
-from .analysis import bracketed, lr_range, size_sweep, verdict
+from .analysis import bracketed, lr_range, mixing_by_layer, size_sweep, verdict
 
 
 def fmt_mean(mean, std, n):
@@ -146,12 +146,15 @@ def write_tables(root, results, sweep, info, search=None):
                       " | ".join(fmt_mean(r[key][layer], r[key + "_std"][layer], len(r["seeds"]))
                                  if layer < len(r[key]) else "-" for r in results.values()) +
                       " |")
-    learned = {n: r["lambdas"] for n, r in results.items() if "lambdas" in r}
-    for name, lambdas in learned.items():
-        md += [f"\n## Learned lambdas of {name} (mean over seeds)\n",
-               "| layer | lambda_1 (V_1) | lambda_2 (V_n) |",
-               "|---|---|---|"] + [f"| {i + 2} | {a:.3f} | {b:.3f} |"
-                                   for i, (a, b) in enumerate(lambdas)]
+    for name, r in results.items():  # learned mixing weights, e.g. ResFormer's lambdas
+        for kind, by_layer in mixing_by_layer(r.get("mixing", {})).items():
+            width = max(len(v) for v in by_layer.values())
+            md += [f"\n## Learned {kind} of {name}, by layer (mean over seeds)\n",
+                   "| layer | " + " | ".join(f"{kind}[{i}]" if width > 1 else kind
+                                           for i in range(width)) + " |",
+                   "|---" * (width + 1) + "|"]
+            md += [f"| {layer} | " + " | ".join(f"{x:.3f}" for x in v) + " |"
+                   for layer, v in sorted(by_layer.items())]
     if search:
         md += search_table(search, info["tune_seeds"])
     if sweep and not paired:

@@ -73,11 +73,12 @@ def test_tiny_comparison_writes_everything(data_dir, tmp_path, capsys):
     assert m["svformer"]["num_params"] < m["vanilla"]["num_params"] == m["resformer"]["num_params"]
     assert (m["svformer"]["kv_cache_bytes_per_token"] * 4
             == m["vanilla"]["kv_cache_bytes_per_token"] * 3)  # (L+1)/2L
-    assert len(m["resformer_learnable"]["lambdas"]) == 1  # layer 2's (lambda_1, lambda_2)
+    assert list(m["resformer_learnable"]["mixing"]) == ["transformer.h.1.attn.value_lambdas"]
+    assert len(m["resformer_learnable"]["mixing"]["transformer.h.1.attn.value_lambdas"]) == 2
     md = (out / "results.md").read_text()
     assert "| vanilla |" in md and "95% interval" in md and "of 2" in md and "In-run crossing" in md
     assert (out / "vanilla_seed1338" / "summary.json").is_file()
-    for png in ("loss.png", "attention_entropy.png", "similarity.png", "lambdas.png",
+    for png in ("loss.png", "attention_entropy.png", "similarity.png", "mixing.png",
                 "attention_maps.png"):
         assert (out / png).is_file() == _has_matplotlib()
 

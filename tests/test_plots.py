@@ -124,7 +124,8 @@ def test_the_loss_axis_starts_where_curves_compare_and_lambdas_show_their_start(
                                                                                 figures):
     """The first evaluations (loss ~5 here) would squash the part a class should look at."""
     results = made_up_results(4)
-    results["resformer"]["lambdas"] = [[0.6, 0.4]] * 3
+    results["resformer"]["mixing"] = {f"transformer.h.{i}.attn.value_lambdas": [0.6, 0.4]
+                                      for i in (1, 2, 3)}
     results["resformer"]["escape"] = [[20, 409600], [40, 819200], None]
     plots.write_all(str(tmp_path), results, {}, {}, escape_loss=2.9)
     loss = next(fig for fig in figures if fig.axes[0].get_ylabel() == "val loss (nats per token)")
@@ -136,7 +137,7 @@ def test_the_loss_axis_starts_where_curves_compare_and_lambdas_show_their_start(
     labels = [t.get_text() for t in loss.axes[0].get_legend().get_texts()]
     assert "resformer (left the plateau on 2 of 3 seeds)" in labels and "vanilla" in labels
     assert labels.count("leaves the plateau (mean step of the seeds that left)") == 1
-    lambdas = next(fig for fig in figures if fig.axes[0].get_ylabel() == "learned lambda")
+    lambdas = next(fig for fig in figures if fig.axes[0].get_ylabel() == "learned value")
     assert any(list(line.get_ydata()) == [0.5, 0.5] for line in lambdas.axes[0].lines)
 
 

@@ -71,10 +71,12 @@ def test_learned_lambdas_step_at_their_own_learning_rate(data_dir, tmp_path, cap
                        lambda_lr_scale=scale)
         summary = train.train(cfg)
         assert summary["evals"][-1]["val_loss"] < summary["evals"][0]["val_loss"] - 0.5
-        return np.array(summary["evals"][-1]["lambdas"])
+        mixing = summary["evals"][-1]["mixing"]  # layers 2..n, named as the model names them
+        assert list(mixing) == [f"transformer.h.{i}.attn.value_lambdas" for i in (1, 2)]
+        return np.array(list(mixing.values()))
     assert np.array_equal(lambdas(0.0), np.full((2, 2), 0.5))
     # the eval lines show them, layers 2..n, as the log records them
-    assert ", lambdas (V_1/V_n) 0.50/0.50 0.50/0.50\n" in capsys.readouterr().out
+    assert ", value_lambdas 0.50/0.50 0.50/0.50\n" in capsys.readouterr().out
     moved = np.abs(lambdas(1.0) - 0.5).max()
     assert 0.005 < moved < 10 * 1e-2 + 1e-6  # at most about lr (1e-2) per step, 10 steps
 
