@@ -24,9 +24,8 @@ import time
 import torch
 from torch.utils.benchmark import Measurement, Timer
 
-import shards
-from configurator import (device_type, gpu_peak_flops, parse_args, parse_list, plural, run_main,
-                          setup_device)
+import data
+from configurator import ConfigError, parse_args, parse_list, plural, run_main, setup_device
 from model import GPT, VALUE_MODES, GPTConfig, KVCache, kv_cache_bytes
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
 
@@ -63,24 +62,24 @@ def resolve(cfg):
     cfg = dict(cfg)
     cfg["seq_len"] = cfg["seq_len"] or cfg["block_size"]
     if not cfg["vocab_size"]:  # 257 bytes rounded up as train.py rounds: 320; GPT-2's 50257: 50304
-        vocab = shards.ByteTokenizer.vocab_size if cfg["dataset"].endswith("_byte") else 50257
+        vocab = data.ByteTokenizer.vocab_size if cfg["dataset"].endswith("_byte") else 50257
         cfg["vocab_size"] = -(-vocab // 64) * 64
     if cfg["seq_len"] > cfg["block_size"]:
-        raise ValueError(f"seq_len {cfg['seq_len']} exceeds block_size {cfg['block_size']}")
+        raise ConfigError(f"seq_len {cfg['seq_len']} exceeds block_size {cfg['block_size']}")
     cfg["parts"] = parse_list(cfg["parts"])
     for part in cfg["parts"]:
         if part not in ("train", "decode", "cache"):
-            raise ValueError(f"parts are train, decode, cache; got {part!r}")
+            raise ConfigError(f"parts are train, decode, cache; got {part!r}")
     cfg["modes"] = parse_list(cfg["modes"])
     for mode in cfg["modes"]:
         if mode not in VALUE_MODES:
-            raise ValueError(f"modes must be among {', '.join(VALUE_MODES)}, got {mode!r}")
+            raise ConfigError(f"modes must be among {', '.join(VALUE_MODES)}, got {mode!r}")
     n_head = cfg["n_head"]
     cfg["kv_heads"] = (parse_list(cfg["kv_heads"], int)
                        or sorted({n_head, max(n_head // 2, 1), 1}, reverse=True))
     for h in cfg["kv_heads"]:
         if h < 1 or n_head % h:
-            raise ValueError(f"kv_heads: n_head ({n_head}) must be a multiple of each, got {h}")
+            raise ConfigError(f"kv_heads: n_head ({n_head}) must be a multiple of each, got {h}")
     cfg["decode_batch_sizes"] = parse_list(cfg["decode_batch_sizes"], int)
     # Contexts above block_size cannot be decoded with learned positions: skip them, say so.
     asked = parse_list(cfg["contexts"], int) + [cfg["block_size"]]
@@ -88,18 +87,18 @@ def resolve(cfg):
     cfg["skipped_contexts"] = sorted({c for c in asked if c > cfg["block_size"]})
     for c in cfg["contexts"]:
         if c <= cfg["decode_tokens"]:
-            raise ValueError(f"context {c} must be longer than decode_tokens "
+            raise ConfigError(f"context {c} must be longer than decode_tokens "
                              f"({cfg['decode_tokens']}): "
                              f"the prompt is context - decode_tokens tokens")
     # a preset's full accumulation (GPT-2: 16) would make each timed step long; 4 micro-steps
     # already put AdamW under 1% of a GPU step
     cfg["accumulation"] = cfg["accumulation"] or min(cfg["gradient_accumulation_steps"] or 1, 4)
     if cfg["compile"] and cfg["warmup_steps"] < 1:
-        raise ValueError("compile needs warmup_steps >= 1, "
+        raise ConfigError("compile needs warmup_steps >= 1, "
                          "or compilation is timed as a training step")
     if min(cfg["train_steps"], cfg["decode_tokens"], *cfg["decode_batch_sizes"], cfg["batch_size"],
            cfg["accumulation"]) < 1:
-        raise ValueError("train_steps, decode_tokens, batch sizes, accumulation must be at least 1")
+        raise ConfigError("train_steps, decode_tokens, batch sizes, accumulation must be at least 1")
     return cfg
 
 
@@ -118,6 +117,25 @@ def synchronize(device):
     """CUDA runs asynchronously: wait for the queued kernels before reading the clock."""
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
+
+
+def device_type(device):
+    return device.split(":")[0]  # 'cuda:1' -> 'cuda'
+
+
+# Dense bf16 peak FLOP/s per GPU, for MFU (an unknown GPU gets none rather than a wrong one).
+# Hopper SXM 989.4 TFLOP/s (datasheets give twice that, with sparsity), NVL 835 per GPU, PCIe 756.
+GPU_PEAK_BF16_FLOPS = {
+    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12,
+    "H100": 989.4e12, "H200": 989.4e12, "GH200": 989.4e12,
+    "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
+    "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
+
+
+def gpu_peak_flops(device_name):
+    """Peak bf16 FLOP/s for a name like 'NVIDIA H200' (longest key first), or None if unknown."""
+    return next((GPU_PEAK_BF16_FLOPS[n] for n in sorted(GPU_PEAK_BF16_FLOPS, key=len, reverse=True)
+                 if n in device_name), None)
 
 
 # ---- training step ----
@@ -439,7 +457,7 @@ def print_targets(targets):
 
 def main(argv):
     t_start = time.time()
-    cfg = resolve(parse_args(SETTINGS, argv, USAGE, ignored=UNUSED))
+    cfg = resolve(vars(parse_args(SETTINGS, argv, USAGE, "bench.py", ignored=UNUSED)))
     # as train.py: float32 weights, bf16/fp16 compute under autocast
     # (the cache takes autocast's dtype)
     device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
@@ -473,7 +491,7 @@ def main(argv):
     print_targets(result["targets"])
     if cfg["json_out"]:
         os.makedirs(os.path.dirname(cfg["json_out"]) or ".", exist_ok=True)
-        with shards.atomic_write(cfg["json_out"], "w") as f:
+        with data.atomic_write(cfg["json_out"], "w") as f:
             json.dump(result, f, indent=1)
         print(f"\nwrote {cfg['json_out']} ({result['wall_s']:.0f}s)")
     return result

@@ -34,13 +34,14 @@ import os
 import platform
 import re
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 
-import shards
-from configurator import (ConfigError, defaults_of, given_keys, load_config, parse_args,
-                          parse_list, plural, run_main)
+import data
+from configurator import (ConfigError, given_keys, load_config, parse_args, parse_list, plural,
+                          run_main)
 from lab import plots, tables
 from lab.analysis import crossing, escape, internals, next_lr, paired_stats, round_lr
 from lab.runs import final_loss, finished, heldout_windows, run_grid
@@ -91,7 +92,7 @@ def parse_overrides(text, what):
     if not all("=" in p for p in pairs):
         raise ConfigError(f"{what}: settings are key=value, separated by ':' "
                           "(e.g. n_layer=8:max_iters=400)")
-    given = load_config(defaults_of(TRAIN_SETTINGS), ["--" + p for p in pairs])
+    given = vars(load_config(TRAIN_SETTINGS, ["--" + p for p in pairs], "train.py"))
     return {p.partition("=")[0]: given[p.partition("=")[0]] for p in pairs}
 
 
@@ -139,7 +140,7 @@ def attention_map_data(grid, summaries, names):
     for (name, seed, point), cfg in grid:
         if (name in names and name not in maps
                 and summaries.get((name, seed, point), {}).get("status") == "done"):
-            ckpt = shards.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
+            ckpt = data.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
             model = GPT.from_checkpoint(ckpt)
             # the middle of 3 spaced windows
             attention, _ = internals(model, heldout_windows(cfg, 3)[1:2])
@@ -160,7 +161,7 @@ def build_grid(cfg, modes, seeds, points, root):
                                 f"{point_name}{'_' if point_name else ''}{name}_seed{seed}")
                 run = {**base, **point, **overrides, "seed": seed,
                        "out_dir": os.path.join(root, folder)}
-                run["lr_decay_iters"] = decay_end(run)  # spelled out: a shorter variant keeps
+                run["lr_decay_iters"] = decay_end(SimpleNamespace(**run))  # spelled out: a shorter variant keeps
                 # its own full schedule
                 grid.append(((name, seed, point_name), run))
     return grid
@@ -245,7 +246,7 @@ def own_lrs(modes, cfg):
         try:
             parse_modes(name)
             lrs[name] = float(lr)
-        except ValueError:
+        except (ValueError, ConfigError):
             lrs[name] = 0.0  # not a variant or not a number: refused below
         if lrs[name] <= 0:
             raise ConfigError(f"--lrs: {item!r} is not variant=learning_rate for a variant "
@@ -358,7 +359,7 @@ def main(argv):
             raise ConfigError(f"compare.py takes no {arg}: the same command again reuses finished "
                               f"runs and resumes stopped ones from their checkpoints; to train "
                               f"them afresh, use another --out_dir")
-    cfg = parse_args(SETTINGS, argv, USAGE)
+    cfg = vars(parse_args(SETTINGS, argv, USAGE, "compare.py"))
     if cfg["plot"]:
         os.makedirs(cfg["out_dir"], exist_ok=True)
         path = plots.plot_logs(parse_list(cfg["plot"]),
@@ -388,11 +389,11 @@ def main(argv):
     root = cfg["out_dir"]
     os.makedirs(root, exist_ok=True)
     if cfg["dataset"] == TRAIN_SETTINGS["dataset"][0]:
-        shards.prepare_default(shards.dataset_dir(cfg["dataset"]))  # once, not once per run
+        data.prepare_default(data.dataset_dir(cfg["dataset"]))  # once, not once per run
     # the data's problems (missing, an older layout) in one line now, not once per run
-    data_dir = shards.dataset_dir(cfg["dataset"])
-    shards.load_meta(data_dir)
-    shards.list_shards(data_dir, "train")
+    data_dir = data.dataset_dir(cfg["dataset"])
+    data.load_meta(data_dir)
+    data.list_shards(data_dir, "train")
     t_start, search, best = time.time(), None, None
     if cfg["tune"]:
         search, interrupted, failed = search_lrs(cfg, modes, root, jobs, cfg["analysis_samples"])

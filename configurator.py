@@ -1,27 +1,32 @@
 """
 Settings for every script: defaults < preset files < --key=value overrides.
 
-    python train.py config/quickstart.py --value_mode=svformer --n_kv_head=2 --compile=False
+    python train.py config/quickstart.py --value_mode=svformer --n_kv_head=2
 
-A preset is a plain Python-looking file of `key = value` lines (comments allowed). It is read
-with ast.literal_eval, never executed, so a preset can only set values, and every key it or an
-override names must be one the script knows, with a value of the default's type.
+Each script lists its settings at its top as name=(default, meaning) or name=(default, meaning,
+check); `--help` prints the list. A preset is a file of `key = value` lines, read with
+ast.literal_eval and never executed; a first line `base = "other.py"` builds on another preset
+in the same folder. Every key must be one the script knows, its value of the default's type and
+allowed by the setting's check.
 
-Each script lists its settings as name=(default, meaning) at its top; `--help` prints that list.
-Also here, because every script needs them: the device a run computes on (setup_device; the GPU
-peak table behind MFU) and the way a script runs as a program (run_main: a user's mistake is one
-line, never a traceback; CtrlC: a training loop's first Ctrl-C stops it at a step boundary).
+Also here, what every script does with its settings: pick the device (--device, --dtype) and run
+as a program (run_main): a user's mistake is one line, a bug in the code shows its traceback.
 """
 import ast
 import difflib
 import errno
 import os
-import signal
 import sys
-import time
+import textwrap
 from contextlib import nullcontext
+from types import SimpleNamespace
 
-class ConfigError(ValueError):
+
+class UserError(Exception):
+    """A mistake the user can fix (a setting, the data, a full disk): one line, no traceback."""
+
+
+class ConfigError(UserError):
     pass
 
 
@@ -30,76 +35,148 @@ def plural(n, noun):
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-def _literal(text):
-    """'3e-4' -> 0.0003, 'True' -> True, 'None' -> None, 'svformer' -> 'svformer'."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text  # a bare word is a string
+# A check is (test, what it asks): at_least(1) refuses --batch_size=0 as "must be at least 1".
+def at_least(low):
+    return (lambda v: v >= low), f"at least {low}"
 
 
-def _checked(key, value, default, source):
-    """value converted to the default's type, or a ConfigError that names the key and both types."""
+def above(low):
+    return (lambda v: v > low), f"above {low}"
+
+
+def between(low, high):
+    return (lambda v: low <= v <= high), f"between {low} and {high}"
+
+
+def one_of(*choices):
+    return (lambda v: v in choices), f"one of {', '.join(map(str, choices))}"
+
+
+POSITIVE, COUNT = at_least(1), at_least(0)
+
+
+def typed(key, value, default, source):
+    """value as the default's type (an int is a float too), or a one-line error saying both."""
     if default is None or value is None:
-        return value  # settings defaulting to None (e.g. top_k) take any value; None turns them off
-    if isinstance(default, bool):
-        if isinstance(value, bool):
-            return value
-    elif (isinstance(default, float) and isinstance(value, (int, float))
-            and not isinstance(value, bool)):
-        return float(value)
-    elif isinstance(default, int) and isinstance(value, int) and not isinstance(value, bool):
-        return value
+        return value  # settings that default to None (top_k) take any value; None turns them off
+    if isinstance(default, bool) or isinstance(value, bool):
+        ok = isinstance(value, bool) and isinstance(default, bool)
+    elif isinstance(default, float):
+        ok, value = isinstance(value, (int, float)), float(value) if isinstance(value, int) else value
     elif isinstance(default, str):
-        return str(value)
-    elif isinstance(value, type(default)) and not isinstance(value, bool):
-        return value
-    raise ConfigError(f"{source}: {key} must be {type(default).__name__} "
-                      f"(like {default!r}), got {value!r}")
+        ok, value = True, str(value)  # a preset's 3 or (1, 2) for a text setting: its text
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise ConfigError(f"{source}: {key} must be {type(default).__name__} (like {default!r}), "
+                          f"got {value!r}")
+    return value
 
 
 def read_preset(path):
-    """The `key = value` assignments of a preset file, as a dict."""
+    """The `key = value` lines of a preset file, after those of its base if it names one."""
     if not os.path.isfile(path):
-        raise ConfigError(f"no preset file {path} "
-                          "(presets live in config/, e.g. config/quickstart.py)")
+        raise ConfigError(f"no preset file {path} (presets live in config/, e.g. "
+                          f"config/quickstart.py)")
     try:
         tree = ast.parse(open(path).read(), filename=path)
     except SyntaxError as e:
         raise ConfigError(f"{path}:{e.lineno}: not a valid preset line") from None
     settings = {}
-    for node in tree.body:
+    for i, node in enumerate(tree.body):
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1
                 and isinstance(node.targets[0], ast.Name)):
             raise ConfigError(f"{path}:{node.lineno}: presets hold only `key = value` lines")
         try:
-            settings[node.targets[0].id] = ast.literal_eval(node.value)
+            value = ast.literal_eval(node.value)
         except ValueError:
             raise ConfigError(f"{path}:{node.lineno}: the value must be a literal "
-                              "(number, string, True/False/None)") from None
+                              f"(number, string, True/False/None)") from None
+        if node.targets[0].id == "base" and i == 0:  # built on another preset
+            settings.update(read_preset(os.path.join(os.path.dirname(path), str(value))))
+        else:
+            settings[node.targets[0].id] = value
     return settings
 
 
-def defaults_of(settings):
-    """{name: default} from {name: (default, meaning)}."""
-    return {key: default for key, (default, _) in settings.items()}
+def unknown(key, known, script, preset=None):
+    """The error for a setting the script does not know: the closest known one, or for a preset
+    its first comment line (often what the preset is for: another script's?)."""
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
+    hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(sorted(known))}"
+    if preset and not close:
+        first = next((line for line in open(preset) if line.startswith("#")), "").strip("# \n")
+        hint = f"{preset} says: {first!r}" if first else hint
+    return ConfigError(f"{preset + ': ' if preset else ''}unknown setting {key} for {script} "
+                       f"({hint})")
 
 
-def help_text(settings, usage, values=None):
-    """The usage line, then every setting with its value (the default, or values[key]: what the
-    command as typed would use) and meaning."""
-    values = values or defaults_of(settings)
-    rows = [(f"--{key}={values[key]}", meaning) for key, (_, meaning) in settings.items()]
-    width = max(len(r[0]) for r in rows) + 2
-    return "\n".join([usage, "", "settings (--key=value; the values this command would use):"] +
-                      [f"  {flag:<{width}}{meaning}" for flag, meaning in rows])
+def defaults(settings, **given):
+    """A script's settings as a namespace: the defaults, with the given ones (unchecked)."""
+    return SimpleNamespace(**{**{key: spec[0] for key, spec in settings.items()}, **given})
 
 
-def parse_args(settings, argv, usage, ignored=()):
-    """load_config for a script: --help/-h prints every setting, as the presets and overrides
-    given with it set them, and exits 0. ignored: see load_config."""
+def parse_value(text, default):
+    """A --key=value's text as the setting's type: text settings keep it as typed (--start=1e3
+    stays '1e3'); booleans take true/false too; everything else is a Python literal."""
+    if isinstance(default, bool) and text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if isinstance(default, str):
+        return text
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text  # a bare word: the type check names it
+
+
+def load_config(settings, argv, script="this script", ignored=()):
+    """The settings' defaults, updated by preset files (plain arguments), then --key=value
+    overrides, in order, each checked. ignored: keys a preset may set that this script does not
+    use (bench.py reads train.py's presets); on the command line they are an error."""
+    config = vars(defaults(settings))
+    for arg in argv:
+        if not arg.startswith("--"):
+            given = {k: v for k, v in read_preset(arg).items() if k not in ignored}
+            source = preset = arg
+        else:
+            key, sep, text = arg[2:].partition("=")
+            if key in ignored:
+                raise ConfigError(f"--{key}: a train.py setting {script} does not use")
+            if key in settings and not sep and not isinstance(settings[key][0], bool):
+                raise ConfigError(f"--{key} needs a value: write --{key}=VALUE "
+                                  f"(one argument, with =)")
+            given = {key: parse_value(text, settings.get(key, ("",))[0]) if sep else True}
+            source, preset = arg, None
+        for key, value in given.items():
+            if key not in settings:
+                raise unknown(key, settings, script, preset)
+            config[key] = typed(key, value, settings[key][0], source)
+            check = settings[key][2] if len(settings[key]) > 2 else None
+            if check and value is not None and not check[0](config[key]):
+                raise ConfigError(f"--{key}={config[key]}: must be {check[1]}")
+    return SimpleNamespace(**config)
+
+
+def help_text(settings, usage, values):
+    """The usage line, then every setting with the value this command would use, and its
+    meaning, in lines of at most 100 columns."""
+    lines = [usage, "", "settings (--key=value; the values this command would use):"]
+    for key, (_, meaning, *check) in settings.items():
+        flag = f"  --{key}={getattr(values, key)}"
+        text = meaning + (f" ({check[0][1]})" if check else "")
+        indent = 32 if len(flag) < 31 else len(flag) + 2  # a long value: its meaning after it
+        body = textwrap.wrap(text, 100 - 32) or [""]
+        first = (flag.ljust(indent) + body[0]) if len(flag) + 2 + len(body[0]) <= 100 else flag
+        rest = body[1:] if first != flag else body
+        lines += [first] + [" " * 32 + b for b in rest]
+    return "\n".join(lines)
+
+
+def parse_args(settings, argv, usage, script, ignored=()):
+    """load_config for a script's command line; --help (or -h) prints every setting as the
+    presets and overrides given with it set them, and exits 0."""
     rest = [arg for arg in argv if arg not in ("--help", "-h")]
-    cfg = load_config(defaults_of(settings), rest, ignored)
+    cfg = load_config(settings, rest, script, ignored)
     if len(rest) < len(argv):
         print(help_text(settings, usage, cfg))
         sys.exit(0)
@@ -107,12 +184,12 @@ def parse_args(settings, argv, usage, ignored=()):
 
 
 def given_keys(argv):
-    """The settings an argv sets, by preset files or --key=value (as load_config reads them)."""
+    """The settings an argv sets, by preset files or --key=value."""
     keys = set()
     for arg in argv:
         if arg.startswith("--"):
             keys.add(arg[2:].partition("=")[0])
-        elif arg not in ("-h",):
+        elif arg != "-h":
             keys.update(read_preset(arg))
     return keys
 
@@ -127,154 +204,57 @@ def parse_list(text, cast=str):
                           f"of {cast.__name__}") from None
 
 
-def unknown(key, defaults, where):
-    """The error for a setting the script does not know, with the closest known one."""
-    close = difflib.get_close_matches(key, list(defaults), n=1, cutoff=0.8)
-    hint = (f"did you mean {where}{close[0]}?" if close
-            else f"known: {', '.join(sorted(defaults))}")
-    return ConfigError(f"unknown setting {where}{key} ({hint})")
-
-
-def load_config(defaults, argv, ignored=()):
-    """defaults updated by preset files (plain arguments) then --key=value overrides, in order.
-    ignored: keys a preset may set that this script does not use (bench.py reads train.py's
-    presets); on the command line they are an error."""
-    config = dict(defaults)
-    for arg in argv:
-        if arg.startswith("--"):
-            key, sep, text = arg[2:].partition("=")
-            if not sep and key in defaults and not isinstance(defaults[key], bool):
-                raise ConfigError(f"--{key} needs a value: write --{key}=VALUE "
-                                  "(one argument, with =)")
-            if not sep:
-                value = True  # a bare --flag means True (booleans only)
-            elif isinstance(defaults.get(key), bool) and text.lower() in ("true", "false"):
-                value = text.lower() == "true"  # --compile=false, as people type it
-            elif isinstance(defaults.get(key), str):
-                # text settings take the text as typed:
-                # --start=1e3 stays "1e3", --seeds=1,2 stays "1,2"
-                value = text
-            else:
-                value = _literal(text)
-            source = arg
-        else:
-            for key, value in read_preset(arg).items():
-                if key in ignored:
-                    continue
-                if key not in defaults:
-                    raise ConfigError(f"{arg}: {unknown(key, defaults, '')}")
-                config[key] = _checked(key, value, defaults[key], arg)
-            continue
-        if key in ignored:
-            raise ConfigError(f"--{key}: a train.py setting this script does not use")
-        if key not in defaults:
-            raise unknown(key, defaults, "--")
-        config[key] = _checked(key, value, defaults[key], source)
-    return config
-
-
 # -----------------------------------------------------------------------------
 # the device, and running a script as a program
 
-def device_type(device):
-    """'cuda:1' -> 'cuda' (what autocast, GradScaler and the RNG states take)."""
-    return device.split(":")[0]
-
-
 def setup_device(device="auto", dtype="auto"):
-    """(device, dtype name, autocast context) from the --device/--dtype settings, or a one-line
-    error naming the setting. auto: cuda > mps > cpu; bfloat16 on GPUs that have it, else float32.
-    Weights stay float32; bf16/fp16 is compute under autocast."""
+    """(device, dtype name, autocast context) from --device and --dtype. auto: cuda > mps > cpu;
+    bfloat16 on GPUs that have it, else float32. Weights stay float32; bf16/fp16 is compute under
+    autocast."""
     import torch  # here, not at the top: prepare.py reads settings without torch
     if device == "auto":
         device = ("cuda" if torch.cuda.is_available()
                   else "mps" if torch.backends.mps.is_available() else "cpu")
-    kind = device_type(device)
-    if kind not in ("cpu", "cuda", "mps") or (kind != "cuda" and ":" in device):
-        raise ValueError(f"--device={device}: use auto, cpu, cuda, cuda:N or mps")
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"--device={device}: this torch sees no CUDA GPU; "
-                             f"use --device=cpu (or auto)")
-        index = device.partition(":")[2]
-        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
-            raise ValueError(f"--device={device}: there are {torch.cuda.device_count()} "
-                             f"CUDA devices (cuda:0 ...)")
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda", "mps") or (index and kind != "cuda"):
+        raise ConfigError(f"--device={device}: use auto, cpu, cuda, cuda:N or mps")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device={device}: this torch sees no CUDA GPU; use --device=cpu")
+    if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+        raise ConfigError(f"--device={device}: there are {torch.cuda.device_count()} CUDA "
+                          f"devices (cuda:0 ...)")
     if kind == "mps" and not torch.backends.mps.is_available():
-        raise ValueError("--device=mps: Apple's MPS backend is not available here; "
-                         "use --device=cpu (or auto)")
-    if dtype == "auto":
-        dtype = "bfloat16" if kind == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+        raise ConfigError("--device=mps: Apple's MPS backend is not available here; use cpu")
+    bf16 = kind == "cuda" and torch.cuda.is_bf16_supported()
+    dtype = ("bfloat16" if bf16 else "float32") if dtype == "auto" else dtype
     if dtype not in ("float32", "bfloat16", "float16"):
-        raise ValueError(f"--dtype={dtype}: use auto, float32, bfloat16 or float16")
-    if dtype == "bfloat16" and kind == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError(f"--dtype=bfloat16: {torch.cuda.get_device_name(device)} has no bfloat16; "
-                         f"use --dtype=float16 or float32")
+        raise ConfigError(f"--dtype={dtype}: use auto, float32, bfloat16 or float16")
+    if dtype == "bfloat16" and kind == "cuda" and not bf16:
+        raise ConfigError("--dtype=bfloat16: this GPU has no bfloat16; use float16 or float32")
     if dtype == "float16" and kind == "cpu":
-        raise ValueError("--dtype=float16 needs a GPU (CPU autocast supports bfloat16); "
-                         "use float32 or bfloat16")
+        raise ConfigError("--dtype=float16 needs a GPU (CPU autocast supports bfloat16); "
+                          "use float32 or bfloat16")
     autocast = (nullcontext() if dtype == "float32"
                 else torch.autocast(kind, dtype=getattr(torch, dtype)))
     return device, dtype, autocast
 
 
-# Dense bf16 peak FLOP/s per GPU, for MFU (an unknown GPU gets none rather than a wrong one).
-# Hopper SXM 989.4 TFLOP/s (datasheets give twice that, with sparsity), NVL 835 per GPU, PCIe 756.
-GPU_PEAK_BF16_FLOPS = {
-    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12,
-    "H100": 989.4e12, "H200": 989.4e12, "GH200": 989.4e12,
-    "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
-    "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
-
-
-def gpu_peak_flops(device_name):
-    """Peak bf16 FLOP/s for a name like 'NVIDIA H200' (longest key first), or None if unknown."""
-    return next((GPU_PEAK_BF16_FLOPS[n] for n in sorted(GPU_PEAK_BF16_FLOPS, key=len, reverse=True)
-                 if n in device_name), None)
-
-
-class CtrlC:
-    """First Ctrl-C: the loop stops at the next step boundary (all ranks at one) and saves; a second
-    stops at once. Under torchrun a rank gets each Ctrl-C twice: within a second, it is one.
-    restore() gives SIGINT back to the handler it had before."""
-
-    def __init__(self, log):
-        self.log, self.requested, self.at = log, False, 0.0
-        self.previous = signal.signal(signal.SIGINT, self.on_sigint)
-
-    def on_sigint(self, signum, frame):
-        if self.requested and time.time() - self.at >= 1.0:
-            raise KeyboardInterrupt
-        if not self.requested:
-            self.requested, self.at = True, time.time()
-            self.log(line="\nCtrl-C: stopping after this step (Ctrl-C again to stop at once)")
-
-    def agreed(self, device, ddp):
-        """Whether to stop; under DDP the ranks compare flags (a sync, so every log_interval)."""
-        if not ddp:
-            return self.requested
-        import torch
-        flag = torch.tensor(float(self.requested), device=device)
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        return flag.item() > 0
-
-    def restore(self):
-        signal.signal(signal.SIGINT, self.previous)
-
-
 def run_main(main):
-    """A script's `__main__`: main(argv), its int result the exit status (anything else: 0). A
-    user's mistake (a ValueError, a missing file, a full disk) is one line on stderr, exit 1;
-    Ctrl-C exits 130; a reader that leaves early (`train.py --help | head`) ends it quietly."""
+    """A script's `__main__`: main(argv), whose int result is the exit status. A user's mistake
+    (UserError, a full disk) is one line on stderr and exit 1; Ctrl-C exits 130; any other
+    error is a bug, ours or a student's, and shows its traceback."""
     try:
         status = main(sys.argv[1:])
-    except ValueError as e:
+    except UserError as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
         sys.exit(130)
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+    except BrokenPipeError:  # a reader that left early (`train.py --help | head`): quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
-    except OSError as e:  # a full disk's message says what was kept
-        sys.exit(f"error: {e.strerror if e.errno in (errno.ENOSPC, errno.EDQUOT) else e}")
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        sys.exit(f"error: no space left on device ({e.filename or 'writing'}): free some space "
+                 f"and run the command again; files written whole before are kept")
     sys.exit(status if isinstance(status, int) else 0)

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import torch
 
-import shards
+import data
 from model import GPT
 
 from .analysis import analyse
@@ -22,9 +22,9 @@ TRAIN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 def heldout_windows(cfg, n):
     """The same n windows of block_size tokens, evenly spaced over the val shard, for every mode."""
-    data_dir = shards.dataset_dir(cfg["dataset"])
-    meta = shards.load_meta(data_dir)
-    tokens = shards.read_shard(shards.list_shards(data_dir, "val")[0], meta["vocab_size"])
+    data_dir = data.dataset_dir(cfg["dataset"])
+    meta = data.load_meta(data_dir)
+    tokens = data.read_shard(data.list_shards(data_dir, "val")[0], meta["vocab_size"])
     T = cfg["block_size"]
     starts = np.linspace(0, len(tokens) - T, num=n).astype(np.int64)
     return torch.stack([torch.from_numpy(tokens[s:s + T].astype(np.int64)) for s in starts])
@@ -92,7 +92,7 @@ def same_run(cfg, run_dir, theirs):
     differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
     if differ:
         shown = ", ".join(f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} now" for k in differ[:4])
-        raise shards.DataError(f"{run_dir} holds a run with other settings ({shown}"
+        raise data.DataError(f"{run_dir} holds a run with other settings ({shown}"
                                f"{', ...' if len(differ) > 4 else ''}): delete it, or compare "
                                f"into another --out_dir")
     return True
@@ -105,8 +105,8 @@ def finished(cfg, run_dir):
         return None
     with open(path) as f:
         summary = json.load(f)
-    if summary.get("format") != shards.CHECKPOINT_FORMAT:
-        raise shards.DataError(f"{run_dir} was written by an older version of compare.py: "
+    if summary.get("format") != data.CHECKPOINT_FORMAT:
+        raise data.DataError(f"{run_dir} was written by an older version of compare.py: "
                                f"delete it, or compare into another --out_dir")
     return summary if same_run(cfg, run_dir, summary.get("config") or {}) else None
 
@@ -117,7 +117,7 @@ def command(cfg, run_dir):
     args = [sys.executable, TRAIN_PY] + [f"--{k}={v}" for k, v in settings_only(cfg).items()]
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
     if os.path.isfile(ckpt_path) and same_run(cfg, run_dir,
-                                              shards.load_checkpoint(ckpt_path)["config"]):
+                                              data.load_checkpoint(ckpt_path)["config"]):
         return args + ["--resume"], True
     return args, False
 
@@ -129,7 +129,7 @@ def summarise(cfg, run_dir, samples, threads):
     # the first window includes start-up: left out, unless it is the only one (a short run)
     timed = train_records[1:] or train_records
     speeds = sorted(r["tokens_per_sec"] for r in timed) or [float("nan")]
-    model = GPT.from_checkpoint(shards.load_checkpoint(os.path.join(run_dir, "ckpt.pt")))
+    model = GPT.from_checkpoint(data.load_checkpoint(os.path.join(run_dir, "ckpt.pt")))
     first_record = next(r for r in log if r["kind"] == "config")
     summary = {"config": cfg, "status": "done",
                "val_loss_full": [r for r in log if r["kind"] == "final"][-1]["val_loss_full"],
@@ -151,8 +151,8 @@ def diverged_summary(cfg, run_dir):
 
 def write_summary(run_dir, summary):
     """summary.json, whole or not at all, tagged with the version that wrote it."""
-    with shards.atomic_write(os.path.join(run_dir, "summary.json"), "w") as f:
-        json.dump({"format": shards.CHECKPOINT_FORMAT, **summary}, f, indent=1)
+    with data.atomic_write(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump({"format": data.CHECKPOINT_FORMAT, **summary}, f, indent=1)
     return summary
 
 

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-import shards
+import data
 from configurator import plural
 
 from .analysis import bracketed, lr_range, mixing_by_layer, size_sweep, verdict
@@ -78,7 +78,7 @@ def search_table(search, seeds):
 
 
 def write_tables(root, results, sweep, info, search=None):
-    with shards.atomic_write(os.path.join(root, "results.json"), "w") as f:
+    with data.atomic_write(os.path.join(root, "results.json"), "w") as f:
         json.dump({"info": info, "modes": results, "sweep": sweep, "size_sweep": size_sweep(sweep),
                    "lr_search": {n: {f"{lr:g}": v for lr, v in by_lr.items()}
                                  for n, by_lr in (search or {}).items()}}, f, indent=1)
@@ -178,7 +178,7 @@ def write_tables(root, results, sweep, info, search=None):
                               f"{r['val_loss_mean']:.4f} | {p['mean']:+.4f} | {fmt_interval(p)} | "
                               f"{p['wins']} of {p['n']} |")
     md += size_table(sweep)
-    with shards.atomic_write(os.path.join(root, "results.md"), "w") as f:
+    with data.atomic_write(os.path.join(root, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
 
 

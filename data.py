@@ -1,0 +1,256 @@
+"""
+The files every script shares: token shards, the dataset folders prepare.py makes of them, the
+tokenizers, and train.py's checkpoints.
+
+A dataset is a folder data/<name>/ holding meta.json (the tokenizer, and each shard's file,
+split, token count and sha256) and those shards. prepare.py writes a new one as data/<name>.tmp/
+and renames it into place, so a reader finds the old dataset or the new one, never half of one.
+A folder without meta.json holds llm.c / modded-nanogpt FineWeb shards copied in by hand: its
+*_train_*.bin and *_val_*.bin, GPT-2 tokens.
+
+A shard is in llm.c's layout: a header of 256 little-endian int32 ([0] = magic 20240520,
+[1] = version, [2] = token count), then the tokens as uint16 (version 1, llm.c's) or uint32
+(version 2, ours, for vocabularies over 65,536).
+"""
+import contextlib
+import glob
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from configurator import UserError
+
+DATA_ROOT = "data"
+DEFAULT_DATASET = "shakespeare_byte"  # train.py's default: what `python prepare.py` writes
+CHECKPOINT_FORMAT = "value-residual-gpt/2"  # train.py writes it; load_checkpoint checks it
+MAGIC, HEADER_INTS = 20240520, 256  # llm.c's magic number; the header: 256 int32 = 1024 bytes
+VERSIONS = {1: np.dtype("<u2"), 2: np.dtype("<u4")}
+
+
+class DataError(UserError):
+    """Missing or bad data: one line naming the file and the fix."""
+
+
+# -----------------------------------------------------------------------------
+# tokenizers: bytes (nothing to download), or any of tiktoken's encodings
+
+class ByteTokenizer:
+    """UTF-8 bytes plus one end-of-text id."""
+    name, vocab_size, eot = "byte", 257, 256
+
+    def encode(self, text):
+        return list(text.encode("utf-8"))
+
+    def encode_batch(self, texts):
+        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
+
+    def decode(self, ids):
+        ids = np.asarray(ids, dtype=np.int64)
+        return ids[(ids >= 0) & (ids < 256)].astype(np.uint8).tobytes().decode("utf-8", "replace")
+
+
+class TiktokenTokenizer:
+    def __init__(self, enc):
+        self.enc, self.name, self.vocab_size, self.eot = enc, enc.name, enc.n_vocab, enc.eot_token
+
+    def encode(self, text):  # ordinary: a literal "<|endoftext|>" in web text is just text
+        return self.enc.encode_ordinary(text)
+
+    def encode_batch(self, texts):  # one thread: prepare.py's processes are the parallelism
+        return [np.asarray(ids, dtype=np.uint32)
+                for ids in self.enc.encode_ordinary_batch(texts, num_threads=1)]
+
+    def decode(self, ids):
+        ids = [int(i) for i in ids if 0 <= i < self.vocab_size]
+        try:
+            return self.enc.decode(ids, errors="replace")
+        except KeyError:  # an id between an encoding's special tokens: decode the rest
+            parts = []
+            for i in ids:
+                with contextlib.suppress(KeyError):
+                    parts.append(self.enc.decode_single_token_bytes(i))
+            return b"".join(parts).decode("utf-8", "replace")
+
+
+def tiktoken_encoding(name):
+    import tiktoken  # the only place that loads BPE files (tests swap it for an offline copy)
+    return tiktoken.get_encoding(name)
+
+
+def get_tokenizer(name):
+    if name == "byte":
+        return ByteTokenizer()
+    try:
+        import tiktoken
+    except ImportError:
+        raise DataError(f"tokenizer {name!r} needs tiktoken: pip install tiktoken, or use "
+                        f"--tokenizer=byte") from None
+    if name not in tiktoken.list_encoding_names():
+        raise DataError(f"unknown tokenizer {name!r}: choose byte or one of "
+                        f"{', '.join(tiktoken.list_encoding_names())}")
+    try:
+        return TiktokenTokenizer(tiktoken_encoding(name))
+    except Exception as e:
+        raise DataError(f"could not load tiktoken's {name!r} ({type(e).__name__}): tiktoken "
+                        f"downloads its BPE files once; connect once, or set TIKTOKEN_CACHE_DIR "
+                        f"to a copy of that cache, or use --tokenizer=byte") from None
+
+
+# -----------------------------------------------------------------------------
+# a shard: writing and reading
+
+def shard_dtype(vocab_size):
+    return VERSIONS[1] if vocab_size <= 1 << 16 else VERSIONS[2]  # ids up to 65535 fit in uint16
+
+
+def write_shard(path, tokens, vocab_size):
+    """Writes tokens as a shard (whole or not at all); returns its sha256."""
+    dtype = shard_dtype(vocab_size)
+    header = np.zeros(HEADER_INTS, dtype="<i4")
+    header[:3] = MAGIC, 1 if dtype == VERSIONS[1] else 2, len(tokens)
+    body = np.ascontiguousarray(tokens, dtype=dtype).tobytes()
+    with atomic_write(path) as f:
+        f.write(header.tobytes() + body)
+    return hashlib.sha256(header.tobytes() + body).hexdigest()
+
+
+def read_shard(path, vocab_size=None):
+    """A shard's tokens (ours or llm.c's), memory-mapped, with its header checked."""
+    size = os.path.getsize(path)
+    header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
+    if len(header) < HEADER_INTS or header[0] != MAGIC or int(header[1]) not in VERSIONS:
+        raise DataError(f"{path} is not a token shard (no llm.c header): delete it and run "
+                        f"prepare.py again")
+    dtype, n = VERSIONS[int(header[1])], int(header[2])
+    if n <= 0 or size != HEADER_INTS * 4 + n * dtype.itemsize:
+        raise DataError(f"{path}: its header says {n:,} tokens but the file has {size:,} bytes "
+                        f"(truncated?): run prepare.py again")
+    tokens = np.memmap(path, dtype=dtype, mode="r", offset=HEADER_INTS * 4, shape=(n,))
+    # a cheap check that the model can read these ids: the first million tokens
+    if vocab_size is not None and int(tokens[:1 << 20].max()) >= vocab_size:
+        raise DataError(f"{path}: token id {int(tokens[:1 << 20].max())} >= vocab size "
+                        f"{vocab_size}: made with another tokenizer? run prepare.py again")
+    return tokens
+
+
+# -----------------------------------------------------------------------------
+# a dataset folder
+
+def dataset_dir(name):
+    """train.py's --dataset: a name means data/<name>; a path (with a /) is itself."""
+    return name if os.sep in name or (os.altsep and os.altsep in name) else os.path.join(
+        DATA_ROOT, name)
+
+
+def no_data(data_dir, problem):
+    """The one-line error for a dataset that isn't there: what there is, and how to make it."""
+    root = os.path.dirname(os.path.normpath(data_dir)) or "."
+    have = sorted(d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "meta.json"))
+                  ) if os.path.isdir(root) else []
+    there = (f"prepared in {root}/: {', '.join(have)}; pick one with --dataset=NAME" if have
+             else f"nothing is prepared in {root}/ yet")
+    name = os.path.basename(os.path.normpath(data_dir))
+    how = ("python prepare.py" if name == DEFAULT_DATASET
+           else f"python prepare.py with --name={name} (python prepare.py --help)")
+    return DataError(f"{problem}: run {how} ({there})")
+
+
+def load_meta(data_dir):
+    """meta.json of a dataset; for llm.c's shards (no meta.json) what they are: GPT-2 tokens."""
+    path = os.path.join(data_dir, "meta.json")
+    if not os.path.exists(path):
+        return {"tokenizer": "gpt2", "vocab_size": 50257, "eot": 50256}
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+        int(meta["vocab_size"]), [(s["file"], s["split"]) for s in meta["shards"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{path} is unreadable ({type(e).__name__}: {e}): run prepare.py "
+                        f"again") from None
+    return meta
+
+
+def list_shards(data_dir, split):
+    """One split's shard paths ("train" or "val"), in order: those meta.json names, or without
+    it every *_<split>_*.bin (llm.c's)."""
+    if not os.path.isdir(data_dir):
+        raise no_data(data_dir, f"no dataset {data_dir}")
+    if not os.path.exists(os.path.join(data_dir, "meta.json")):
+        paths = sorted(glob.glob(os.path.join(data_dir, f"*_{split}_*.bin")))
+    else:
+        paths = [os.path.join(data_dir, s["file"]) for s in load_meta(data_dir)["shards"]
+                 if s["split"] == split]
+        missing = [p for p in paths if not os.path.isfile(p)]
+        if missing:
+            raise DataError(f"{missing[0]} is missing, though {data_dir}/meta.json names it: "
+                            f"run prepare.py again")
+    if not paths:
+        raise no_data(data_dir, f"no {split} shards in {data_dir}")
+    return paths
+
+
+def prepare_default(data_dir):
+    """The default dataset on first use: `python prepare.py` runs once, as a program."""
+    if os.path.exists(os.path.join(data_dir, "meta.json")):
+        return
+    print(f"{data_dir} is not prepared yet: running python prepare.py (once, offline)", flush=True)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prepare.py")
+    if subprocess.run([sys.executable, script, "--quiet"]).returncode != 0:
+        raise DataError("python prepare.py failed (see above); run it yourself to see why")
+
+
+def data_identity(data_dir):
+    """What a checkpoint records of its data, so a resume can tell when it changed: the folder,
+    the tokenizer, the split sizes and one sha256 over the shards' (llm.c's: names and sizes)."""
+    meta = load_meta(data_dir)
+    parts = [f"{s['split']}:{s['sha256']}" for s in meta.get("shards", [])] or [
+        f"{os.path.basename(p)}:{os.path.getsize(p)}"
+        for split in ("train", "val") for p in list_shards(data_dir, split)]
+    return {"dir": data_dir, "tokenizer": meta["tokenizer"],
+            "train_tokens": meta.get("train_tokens"), "val_tokens": meta.get("val_tokens"),
+            "sha256": hashlib.sha256("\n".join(parts).encode()).hexdigest()}
+
+
+def describe(data):
+    """'8,718 train + 641 val tokens' from data_identity()."""
+    if data.get("train_tokens") is None:  # llm.c's shards: no counts recorded
+        return f"shards {data['sha256'][:12]}"
+    return f"{data['train_tokens']:,} train + {data['val_tokens']:,} val tokens"
+
+
+# -----------------------------------------------------------------------------
+# writing a file whole, and reading a checkpoint
+
+@contextlib.contextmanager
+def atomic_write(path, mode="wb"):
+    """with atomic_write(path) as f: write path.tmp, then rename it over path, so a reader (or a
+    crash) finds the old file or the new one, never half of one."""
+    try:
+        with open(path + ".tmp", mode) as f:
+            yield f
+        os.replace(path + ".tmp", path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(path + ".tmp")
+        raise
+
+
+def load_checkpoint(path, map_location="cpu"):
+    """train.py's checkpoint dict (weights without torch.compile's prefix), or a one-line error."""
+    import torch  # here: prepare.py uses this module without torch
+    if not os.path.isfile(path):
+        raise DataError(f"no checkpoint at {path}: train one first, e.g. python train.py "
+                        f"--out_dir={os.path.dirname(path) or '.'}")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:
+        raise DataError(f"{path} is not a readable torch checkpoint ({type(e).__name__})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise DataError(f"{path} is not a checkpoint of this version of train.py (format "
+                        f"{CHECKPOINT_FORMAT}): train it again")
+    ckpt["model"] = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
+    return ckpt
