@@ -25,7 +25,8 @@ import torch
 from torch.utils.benchmark import Measurement, Timer
 
 import data
-from configurator import ConfigError, parse_args, parse_list, plural, run_main, setup_device
+from configurator import (COUNT, POSITIVE, ConfigError, parse_args, parse_list, plural, run_main,
+                          setup_device)
 from model import GPT, VALUE_MODES, GPTConfig, KVCache, kv_cache_bytes
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
 
@@ -36,22 +37,23 @@ UNUSED = ("out_dir", "eval_interval", "log_interval", "eval_iters", "max_iters",
 # bench.py takes the rest of train.py's settings (the model shape, batch, optimizer, device,
 # dtype, compile) plus these:
 BENCH_SETTINGS = dict(
-    seq_len=(0, "tokens per sequence in the timed training step (0 = block_size)"),
+    seq_len=(0, "tokens per sequence in the timed training step (0 = block_size)", COUNT),
     vocab_size=(0, "vocabulary of the synthetic tokens (0 = 320 for a *_byte dataset, "
-                   "else GPT-2's 50304)"),
+                   "else GPT-2's 50304)", COUNT),
     parts=("train,decode,cache", "what to measure: train, decode, cache"),
     modes=(",".join(VALUE_MODES), "value modes, side by side (model.py's VALUE_MODES)"),
-    train_steps=(20, "timed training steps (the median is reported)"),
+    train_steps=(20, "timed training steps (the median is reported)", POSITIVE),
     accumulation=(0, "micro-steps per timed training step (0 = gradient_accumulation_steps, "
-                     "at most 4): the optimizer step amortised as in training"),
-    warmup_steps=(3, "untimed steps first (allocation, autotuning, compilation)"),
+                     "at most 4): the optimizer step amortised as in training", COUNT),
+    warmup_steps=(3, "untimed steps first (allocation, autotuning, compilation)", COUNT),
     contexts=("128,512,1024", "decoding contexts (block_size is always added; "
                               "longer ones are skipped)"),
-    decode_tokens=(32, "new tokens per decoding measurement"),
+    decode_tokens=(32, "new tokens per decoding measurement", POSITIVE),
     decode_batch_sizes=("1,8", "batch sizes for decoding"),
     kv_heads=("", "n_kv_head variants for the cache table (empty: n_head, n_head/2, 1)"),
     json_out=("out/bench.json", "where the full results go (empty: nowhere)"),
-    threads=(0, "CPU threads for torch (0 = its default; 1 is steadier on a busy shared CPU)"),
+    threads=(0, "CPU threads for torch (0 = its default; 1 is steadier on a busy shared CPU)",
+             COUNT),
 )
 SETTINGS = {**{k: v for k, v in TRAIN_SETTINGS.items() if k not in UNUSED}, **BENCH_SETTINGS}
 USAGE = "usage: python bench.py [config/preset.py ...] [--key=value ...]"
@@ -85,7 +87,7 @@ def resolve(cfg):
     asked = parse_list(cfg["contexts"], int) + [cfg["block_size"]]
     cfg["contexts"] = sorted({c for c in asked if c <= cfg["block_size"]})
     cfg["skipped_contexts"] = sorted({c for c in asked if c > cfg["block_size"]})
-    for c in cfg["contexts"]:
+    for c in cfg["contexts"] if "decode" in cfg["parts"] else []:  # only what is measured
         if c <= cfg["decode_tokens"]:
             raise ConfigError(f"context {c} must be longer than decode_tokens "
                              f"({cfg['decode_tokens']}): "
@@ -96,9 +98,8 @@ def resolve(cfg):
     if cfg["compile"] and cfg["warmup_steps"] < 1:
         raise ConfigError("compile needs warmup_steps >= 1, "
                          "or compilation is timed as a training step")
-    if min(cfg["train_steps"], cfg["decode_tokens"], *cfg["decode_batch_sizes"], cfg["batch_size"],
-           cfg["accumulation"]) < 1:
-        raise ConfigError("train_steps, decode_tokens, batch sizes, accumulation must be at least 1")
+    if min(cfg["decode_batch_sizes"], default=0) < 1:
+        raise ConfigError(f"--decode_batch_sizes={cfg['decode_batch_sizes']}: sizes of at least 1")
     return cfg
 
 
@@ -208,7 +209,8 @@ def timed_generate(model, prompt, n, use_cache, device):
     synchronize(device)
     t0 = time.perf_counter()
     new = []
-    for tok in model.generate_tokens(prompt, n, temperature=0, use_cache=use_cache):
+    for tok in model.generate_tokens(prompt, n, temperature=0,
+                                     kv_cache=None if use_cache else False):
         new.append(tok)
         if len(new) == 1:  # the first token costs a full forward of the prompt either way
             synchronize(device)
@@ -401,18 +403,35 @@ def plan(cfg, device):
 # ---- tables ----
 # (printed as each part finishes: a slow run shows its progress; the JSON has it all)
 
+def sizes(cfg):
+    """Per mode: total parameters, those one token uses (a lookup table: one row), training FLOPs
+    per token at seq_len (lookups multiply nothing)."""
+    models = {mode: GPT(model_config(cfg, mode)) for mode in cfg["modes"]}
+    return {mode: {"total_params": m.num_params(), "active_params": m.active_params(),
+                   "flops_per_token": m.flops_per_token(cfg["seq_len"])}
+            for mode, m in models.items()}
+
+
+def print_sizes(sizes, seq_len):
+    print(f"\n{'mode':<12} {'params':>12} {'active/token':>13} {'FLOPs/token':>12} "
+          f"(at {seq_len} tokens; position embeddings left out)")
+    for mode, s in sizes.items():
+        print(f"{mode:<12} {s['total_params']:>12,} {s['active_params']:>13,} "
+              f"{s['flops_per_token'] / 1e6:>11.2f}M")
+
+
 def print_train(tr):
     print(f"\ntraining step: {tr['accumulation']} micro-step(s) of {tr['batch_size']} x "
           f"{tr['seq_len']} tokens, then AdamW; median of {plural(tr['steps'], 'step')} after "
           f"{tr['warmup_steps']} warm-up, compile={tr['compile']}")
-    print(f"{'mode':<10} {'params':>10} {'ms/step':>9} {'tokens/s':>10} {'vs vanilla':>10} "
+    print(f"{'mode':<12} {'params':>10} {'ms/step':>9} {'tokens/s':>10} {'vs vanilla':>10} "
           f"{'MFU':>6} {'peak mem':>9}")
     base = tr["modes"].get("vanilla", {}).get("ms_per_step")
     for mode, m in tr["modes"].items():
         rel = f"{m['ms_per_step'] / base:.3f}" if base else "-"
         mfu = f"{100 * m['mfu']:.1f}%" if m["mfu"] is not None else "-"
         mem = f"{m['peak_mem_bytes'] / 2**20:.0f}MiB" if m["peak_mem_bytes"] is not None else "-"
-        print(f"{mode:<10} {m['params']:>10,} {m['ms_per_step']:>9.1f} {m['tokens_per_s']:>10,.0f} "
+        print(f"{mode:<12} {m['params']:>10,} {m['ms_per_step']:>9.1f} {m['tokens_per_s']:>10,.0f} "
               f"{rel:>10} {mfu:>6} {mem:>9}")
 
 
@@ -478,6 +497,8 @@ def main(argv):
           f"{device} ({result['device_name']}) {dtype}, torch {torch.__version__}, "
           f"{plural(result['threads'], 'thread')}", flush=True)
     print(plan(cfg, device), flush=True)
+    result["sizes"] = sizes(cfg)
+    print_sizes(result["sizes"], cfg["seq_len"])
     if "train" in cfg["parts"]:
         result["train"] = bench_train(cfg, device, dtype, autocast)
         print_train(result["train"])

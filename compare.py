@@ -40,35 +40,40 @@ import numpy as np
 import torch
 
 import data
-from configurator import (ConfigError, given_keys, load_config, parse_args, parse_list, plural,
-                          run_main)
+from configurator import (COUNT, POSITIVE, ConfigError, at_least, between, given_keys,
+                          load_config, parse_args, parse_list, plural, run_main)
 from lab import plots, tables
-from lab.analysis import crossing, escape, internals, next_lr, paired_stats, round_lr
+from lab.analysis import (bracketed, crossing, escape, internals, next_lr, paired_stats,
+                          round_lr)
 from lab.runs import final_loss, finished, heldout_windows, run_grid
 from model import GPT, VALUE_MODES
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, decay_end
 
 COMPARE_SETTINGS = dict(
     modes=("vanilla,resformer,svformer",
-        "variants to train: a value mode, _learnable, _kvN, :key=value"),
+        "variants to train: a value mode of model.py, then _learnable, _kvN, :key=value"),
     seeds=("3", "a count (3 seeds from --seed) or a list (1,2,3)"),
     less_data=(0.85,
-        "also train ResFormer on this share of the tokens (its own schedule); 0 = off"),
+        "also train ResFormer on this share of the tokens (its own schedule); 0 = off",
+        between(0.0, 0.999)),
     sweep=("", "comma-separated sets of settings (key=value:key=value) to run every mode at"),
-    jobs=(0, "runs side by side (0 = one per CPU core, or 1 on a GPU)"),
+    jobs=(0, "runs side by side (0 = one per CPU core, or 1 on a GPU)", COUNT),
     plot=("",
         "only plot the log.jsonl of these run folders (e.g. out,out2) into plot_path, then exit"),
     plot_path=("runs.png", "the picture --plot writes, in out_dir"),
-    analysis_samples=(64, "held-out windows for attention entropy and token similarity"),
+    analysis_samples=(64, "held-out windows for attention entropy and token similarity",
+                      POSITIVE),
     tune=(False, "first find each variant's best peak learning rate, then compare each at its "
                  "own best and (the paper's protocol) all at vanilla's best"),
     tune_lrs=("6e-3,8.5e-3,1.2e-2,1.7e-2,2.4e-2",
               "--tune: starting grid of peak learning rates (min_lr follows the preset's ratio)"),
     tune_seeds=("1,2,3,4", "--tune: seeds of the search (a count from 1, or a list); never the "
                            "reported --seeds; 4 so that one seed stalling moves the mean"),
-    tune_extend=(4, "--tune: at most this many learning rates added beyond each end of the grid"),
+    tune_extend=(4, "--tune: at most this many learning rates added beyond each end of the grid",
+                 COUNT),
     escape_loss=(2.9, "the early plateau's exit: a run has left it when its fixed-window val loss "
-                      "first falls below this (nats per token; 2.9 suits byte-level text; 0: off)"),
+                      "first falls below this (nats per token; 2.9 suits byte-level text; 0: off)",
+                 at_least(0.0)),
     gap_steps=("", "steps at which the paired gap to vanilla is tabled along the run (fixed-window "
                    "val loss), e.g. 200,800,2400; empty: a quarter, half, three quarters, the end"),
     lrs=("", "each variant's own peak lr, e.g. vanilla=1.2e-2,svformer=8.5e-3 (what --tune "
@@ -130,6 +135,8 @@ def parse_seeds(text, first_seed):
             raise ConfigError(f"--seeds={text} asks for {text} seeds: for the one seed {text} "
                               f"write --seeds={text}, (a list) or --seed={text} --seeds=1")
         return [first_seed + i for i in range(int(parts[0]))]
+    if len(set(parts)) < len(parts):
+        raise ConfigError(f"--seeds={text}: a seed is listed twice; list each seed once")
     return [int(p) for p in parts]
 
 
@@ -306,11 +313,13 @@ def per_mode(summaries, names, seeds, point, escape_loss=0.0, gap_steps=()):
         first = next(iter(runs.values()))
         r = {"seeds": list(runs), "val_loss": finals, "val_loss_mean": float(np.mean(finals)),
              "val_loss_std": float(np.std(finals, ddof=1)) if len(finals) > 1 else 0.0,
-             "num_params": first["num_params"],
+             "num_params": first["num_params"], "active_params": first.get("active_params"),
+             "flops_per_token": first.get("flops_per_token"),
              "kv_cache_bytes_per_token": first["kv_cache_bytes_per_token"],
              "tokens": [e["tokens"] for e in first["evals"]],
              "steps": [e["iter"] for e in first["evals"]],
              "total_tokens": first["evals"][-1]["tokens"],
+             "tokens_per_step": first.get("tokens_per_step"),
              "curves": [[e["val_loss"] for e in run["evals"]] for run in runs.values()],
              "tokens_per_sec": float(np.mean([run["tokens_per_sec"] for run in runs.values()]))}
         for key in ("attention_entropy", "similarity"):
@@ -376,8 +385,6 @@ def main(argv):
         raise ConfigError(f"--gap_steps={cfg['gap_steps']}: the loss is measured every "
                           f"eval_interval={cfg['eval_interval']} steps and at max_iters; "
                           f"give steps among those")
-    if cfg["analysis_samples"] < 1:
-        raise ConfigError("--analysis_samples must be at least 1")
     if cfg["tune"] and points:
         raise ConfigError("--tune and --sweep do not combine: search each sweep point's "
                           "learning rates with its own --tune run (its settings as overrides)")
@@ -400,9 +407,15 @@ def main(argv):
         if interrupted or failed:
             return stopped(root) if interrupted else 1
         best = best_lrs(search)
+        capped = [n for n, by_lr in search.items()
+                  if not bracketed({lr: np.mean(v) for lr, v in by_lr.items()})]
         print("best peak learning rates: " + ", ".join(f"{n} {lr:g}" for n, lr in best.items()) +
               "\n  for a preset: lrs = \"" + ",".join(f"{n}={lr:g}" for n, lr in best.items())
               + '"')
+        for name in capped:  # the search stopped at its cap: the best may lie beyond the grid
+            print(f"WARNING: {name}'s best, {best[name]:g}, is the edge of the grid searched "
+                  f"(--tune_extend={cfg['tune_extend']} reached): not a bracketed optimum; "
+                  f"widen --tune_lrs or raise --tune_extend", flush=True)
         grid, modes, points = tuned_grid(cfg, modes, seeds, root, best)
     else:
         modes = add_less_data(own_lrs(modes, cfg), cfg)
@@ -417,7 +430,12 @@ def main(argv):
              + (f", and {len(unique) - fair} at vanilla's best lr: the paper's protocol"
                 if len(unique) > fair else ""))
     print(f"{plural(len(unique), 'run')} ({shape}), {jobs} at a time, in {root}", flush=True)
-    done, interrupted, failed = run_grid(list(unique.values()), jobs, cfg["analysis_samples"])
+    live = lambda: plots.live_loss(root, grid, cfg["escape_loss"])  # noqa: E731
+    if plots.pyplot(quiet=True):
+        print(f"the loss picture, redrawn every 30 s while they train: "
+              f"{os.path.join(root, 'loss.png')}", flush=True)
+    done, interrupted, failed = run_grid(list(unique.values()), jobs, cfg["analysis_samples"],
+                                         on_progress=live)
     if interrupted:
         return stopped(root)
     summaries = {key: done[unique[run["out_dir"]][0]] for key, run in grid
@@ -427,6 +445,9 @@ def main(argv):
                        cfg["escape_loss"], gaps)
     sweep = ({p: per_mode(summaries, names, seeds, p, cfg["escape_loss"], gaps)
               for p, _ in points} if points else {})
+    for name, r in results.items():  # the data-efficiency variant says what it is
+        if name.startswith("resformer:max_iters=") and cfg["less_data"]:
+            r["note"] = f"{cfg['less_data']:.0%} of the tokens"
     reused = sum(1 for s in done.values() if s.get("reused"))
     given = sorted(given_keys(argv[1:] if argv and argv[0] == DEFAULT_PRESET else argv))
     info = {"command": "python compare.py" + "".join(" " + a for a in argv if a != DEFAULT_PRESET),

@@ -35,17 +35,19 @@ def plural(n, noun):
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-# A check is (test, what it asks): at_least(1) refuses --batch_size=0 as "must be at least 1".
+# A check is (test, what it asks): at_least(1) refuses --batch_size=0 as "must be at least 1"
+# (and a setting that defaults to None, given text, --top_p=high, as not a number).
 def at_least(low):
-    return (lambda v: v >= low), f"at least {low}"
+    return (lambda v: isinstance(v, (int, float)) and v >= low), f"at least {low}"
 
 
 def above(low):
-    return (lambda v: v > low), f"above {low}"
+    return (lambda v: isinstance(v, (int, float)) and v > low), f"above {low}"
 
 
 def between(low, high):
-    return (lambda v: low <= v <= high), f"between {low} and {high}"
+    return ((lambda v: isinstance(v, (int, float)) and low <= v <= high),
+            f"between {low} and {high}")
 
 
 def one_of(*choices):
@@ -55,10 +57,14 @@ def one_of(*choices):
 POSITIVE, COUNT = at_least(1), at_least(0)
 
 
-def typed(key, value, default, source):
-    """value as the default's type (an int is a float too), or a one-line error saying both."""
+def typed(key, value, spec, source):
+    """value as the type of the setting's default (an int is a float too), or a one-line error
+    saying both. None only where the default is None or the meaning says what None means."""
+    default = spec[0]
+    if value is None and default is not None and "None" not in spec[1]:
+        raise ConfigError(f"{source}: {key} cannot be None (like {default!r})")
     if default is None or value is None:
-        return value  # settings that default to None (top_k) take any value; None turns them off
+        return value  # None turns such a setting off (top_k: all tokens)
     if isinstance(default, bool) or isinstance(value, bool):
         ok = isinstance(value, bool) and isinstance(default, bool)
     elif isinstance(default, float):
@@ -73,8 +79,10 @@ def typed(key, value, default, source):
     return value
 
 
-def read_preset(path):
+def read_preset(path, seen=()):
     """The `key = value` lines of a preset file, after those of its base if it names one."""
+    if os.path.abspath(path) in seen:
+        raise ConfigError(f"{path}: its base leads back to itself")
     if not os.path.isfile(path):
         raise ConfigError(f"no preset file {path} (presets live in config/, e.g. "
                           f"config/quickstart.py)")
@@ -93,7 +101,8 @@ def read_preset(path):
             raise ConfigError(f"{path}:{node.lineno}: the value must be a literal "
                               f"(number, string, True/False/None)") from None
         if node.targets[0].id == "base" and i == 0:  # built on another preset
-            settings.update(read_preset(os.path.join(os.path.dirname(path), str(value))))
+            settings.update(read_preset(os.path.join(os.path.dirname(path), str(value)),
+                                        (*seen, os.path.abspath(path))))
         else:
             settings[node.targets[0].id] = value
     return settings
@@ -150,17 +159,19 @@ def load_config(settings, argv, script="this script", ignored=()):
         for key, value in given.items():
             if key not in settings:
                 raise unknown(key, settings, script, preset)
-            config[key] = typed(key, value, settings[key][0], source)
+            config[key] = typed(key, value, settings[key], source)
             check = settings[key][2] if len(settings[key]) > 2 else None
             if check and value is not None and not check[0](config[key]):
-                raise ConfigError(f"--{key}={config[key]}: must be {check[1]}")
+                raise ConfigError(f"{'' if preset is None else preset + ': '}--{key}="
+                                  f"{config[key]}: must be {check[1]}")
     return SimpleNamespace(**config)
 
 
 def help_text(settings, usage, values):
     """The usage line, then every setting with the value this command would use, and its
     meaning, in lines of at most 100 columns."""
-    lines = [usage, "", "settings (--key=value; the values this command would use):"]
+    lines = [*textwrap.wrap(usage, 100), "",
+             "settings (--key=value; the values this command would use):"]
     for key, (_, meaning, *check) in settings.items():
         flag = f"  --{key}={getattr(values, key)}"
         text = meaning + (f" ({check[0][1]})" if check else "")
@@ -252,9 +263,14 @@ def run_main(main):
     except BrokenPipeError:  # a reader that left early (`train.py --help | head`): quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
-    except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+    except Exception as e:  # a full disk, also where torch.save wraps the OSError in its own
+        full, seen = e, set()
+        while full is not None and not (isinstance(full, OSError) and full.errno in
+                                        (errno.ENOSPC, errno.EDQUOT)) and id(full) not in seen:
+            seen.add(id(full))
+            full = full.__cause__ or full.__context__
+        if full is None or id(full) in seen:
             raise
-        sys.exit(f"error: no space left on device ({e.filename or 'writing'}): free some space "
-                 f"and run the command again; files written whole before are kept")
+        sys.exit(f"error: no space left on device ({full.filename or 'writing'}): free some "
+                 f"space and run the command again; files written whole before are kept")
     sys.exit(status if isinstance(status, int) else 0)

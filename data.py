@@ -3,8 +3,8 @@ The files every script shares: token shards, the dataset folders prepare.py make
 tokenizers, and train.py's checkpoints.
 
 A dataset is a folder data/<name>/ holding meta.json (the tokenizer, and each shard's file,
-split, token count and sha256) and those shards. prepare.py writes a new one as data/<name>.tmp/
-and renames it into place, so a reader finds the old dataset or the new one, never half of one.
+split, token count and sha256) and those shards. prepare.py writes a new one into a temporary
+folder beside it and renames that into place, so a reader finds the old dataset or the new one, never half of one.
 A folder without meta.json holds llm.c / modded-nanogpt FineWeb shards copied in by hand: its
 *_train_*.bin and *_val_*.bin, GPT-2 tokens.
 
@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -60,9 +61,9 @@ class TiktokenTokenizer:
     def encode(self, text):  # ordinary: a literal "<|endoftext|>" in web text is just text
         return self.enc.encode_ordinary(text)
 
-    def encode_batch(self, texts):  # one thread: prepare.py's processes are the parallelism
+    def encode_batch(self, texts):  # in threads: tiktoken's Rust core runs without the GIL
         return [np.asarray(ids, dtype=np.uint32)
-                for ids in self.enc.encode_ordinary_batch(texts, num_threads=1)]
+                for ids in self.enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)]
 
     def decode(self, ids):
         ids = [int(i) for i in ids if 0 <= i < self.vocab_size]
@@ -147,15 +148,22 @@ def dataset_dir(name):
 
 
 def no_data(data_dir, problem):
-    """The one-line error for a dataset that isn't there: what there is, and how to make it."""
+    """The one-line error for a dataset that isn't there: what there is, and the prepare.py
+    command that makes it, read off its name (<dataset>_<tokenizer>)."""
     root = os.path.dirname(os.path.normpath(data_dir)) or "."
     have = sorted(d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "meta.json"))
                   ) if os.path.isdir(root) else []
     there = (f"prepared in {root}/: {', '.join(have)}; pick one with --dataset=NAME" if have
              else f"nothing is prepared in {root}/ yet")
     name = os.path.basename(os.path.normpath(data_dir))
-    how = ("python prepare.py" if name == DEFAULT_DATASET
-           else f"python prepare.py with --name={name} (python prepare.py --help)")
+    tokenizer = next((t for t in ("byte", "gpt2", "r50k_base", "p50k_base", "cl100k_base",
+                                  "o200k_base") if name.endswith("_" + t)), None)
+    dataset = name[:-len(tokenizer) - 1] if tokenizer else name
+    how = "python prepare.py" + {"shakespeare": "", "tinyshakespeare": " --dataset=tinyshakespeare",
+                                 "fineweb_edu": " --dataset=fineweb_edu"}.get(
+        dataset, f" --input=<your text> --dataset={dataset}") + (
+        "" if tokenizer in ("byte", None) else f" --tokenizer={tokenizer}") + (
+        "" if os.path.normpath(root) == DATA_ROOT else f" --out_root={root}")
     return DataError(f"{problem}: run {how} ({there})")
 
 
@@ -193,9 +201,14 @@ def list_shards(data_dir, split):
     return paths
 
 
-def prepare_default(data_dir):
-    """The default dataset on first use: `python prepare.py` runs once, as a program."""
-    if os.path.exists(os.path.join(data_dir, "meta.json")):
+def prepare_default(data_dir, wait=False):
+    """The default dataset on first use: `python prepare.py` runs once, as a program (wait: the
+    other torchrun processes wait for rank 0's)."""
+    for _ in range(600 if wait else 0):
+        if os.path.exists(os.path.join(data_dir, "meta.json")):
+            break
+        time.sleep(1)
+    if wait or os.path.exists(os.path.join(data_dir, "meta.json")):
         return
     print(f"{data_dir} is not prepared yet: running python prepare.py (once, offline)", flush=True)
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prepare.py")

@@ -24,8 +24,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # Each value mode, and how tables and pictures name it. A mode of your own goes here and in
 # CausalSelfAttention (its line in forward, its weights in __init__): every script takes it then.
-VALUE_MODES = {"vanilla": "vanilla", "resformer": "ResFormer", "svformer": "SVFormer",
-               "value_embed": "value embeddings"}
+VALUE_MODES = {
+    "vanilla": "vanilla",
+    "resformer": "ResFormer",
+    "svformer": "SVFormer",
+    "value_embed": "value embeddings",
+}
 # Kernels for one-token decode steps: cuDNN plans per shape and the key length grows every step,
 # so pick flash / memory-efficient explicitly, with MATH (every device, float32) as the fallback.
 DECODE_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
@@ -255,7 +259,7 @@ class GPT(nn.Module):
     @classmethod
     def from_checkpoint(cls, ckpt, device="cpu"):
         """A trained model in eval mode from train.py's checkpoint dict (read by shards):
-        GPT.from_checkpoint(shards.load_checkpoint("out/ckpt.pt"))"""
+        GPT.from_checkpoint(data.load_checkpoint("out/ckpt.pt"))"""
         model = cls(GPTConfig(**ckpt["model_args"]))
         model.load_state_dict(ckpt["model"])
         return model.to(device).eval()
@@ -297,19 +301,20 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate_tokens(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
-                        use_cache=True, kv_cache=None):
+                        kv_cache=None):
         """Yield (B, 1) next tokens one at a time (for streaming); temperature 0 means greedy.
-        Cached: prefill the prompt, then one token per step; learned positions cannot slide, so at
-        block_size each step crops the context and refills the cache (as use_cache=False does)."""
+        kv_cache: a KVCache to fill, None for a fresh one, False for none (nanoGPT's way: the
+        whole context again for every token). Cached: prefill the prompt, then one token per
+        step; learned positions cannot slide, so at block_size each step crops the context and
+        refills the cache (as no cache does)."""
         block_size, (B, T) = self.config.block_size, idx.shape
-        if use_cache and kv_cache is None:
-            kv_cache = self.new_kv_cache(B)
+        kv_cache = self.new_kv_cache(B) if kv_cache is None else kv_cache
         tokens = torch.empty(B, T + max_new_tokens, dtype=idx.dtype, device=idx.device)  # no cat
         tokens[:, :T] = idx
         next_input = None
         for end in range(T, T + max_new_tokens):
             context = tokens[:, max(0, end - block_size):end]
-            if not use_cache:
+            if kv_cache is False:
                 logits, _ = self(context)
             elif next_input is None or kv_cache.length >= block_size:
                 kv_cache.reset()  # (re)fill from the cropped context
@@ -323,11 +328,10 @@ class GPT(nn.Module):
             yield next_input
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, use_cache=True,
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
                  kv_cache=None):
         """Append max_new_tokens tokens to idx (B, T); return the (B, T + max_new_tokens) result."""
-        new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p,
-                                        use_cache, kv_cache))
+        new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p, kv_cache))
         return torch.cat([idx] + new, dim=1)
 
     def flops_per_token(self, seq_len=None):

@@ -37,7 +37,7 @@ SETTINGS = dict(
     val_fraction=(0.1, "share of the documents for validation (of each one's tokens, with fewer "
                        "than 1/val_fraction documents)", between(0.001, 0.5)),
     seed=(1337, "seed of the train/val split"),
-    shard_size=(100_000_000, "tokens per shard", at_least(1)),
+    shard_size=(100_000_000, "tokens per shard", between(1, 2**31 - 1)),
     out_root=(data.DATA_ROOT, "where <name>/ goes"),
     quiet=(False, "print nothing but errors (train.py runs it so on first use)"),
 )
@@ -66,9 +66,9 @@ def prepare(cfg, documents=None):
         raise ConfigError(f"--name={name}: a name, not a path (--out_root says where it goes)")
 
     # Validation is held-out text the model never trains on. With enough documents it gets
-    # whole ones (one in every 1/val_fraction, at random: 4 of the 38 plays); with fewer, the
+    # whole ones (one in every 1/val_fraction, at random: 3 of the 38 plays); with fewer, the
     # last val_fraction of each one's tokens (nanoGPT's last 10% of Tiny Shakespeare).
-    many = isinstance(documents, list) and len(documents) >= 1 / cfg.val_fraction
+    many = isinstance(documents, list) and sum(map(bool, documents)) >= 1 / cfg.val_fraction
     split = (by_document(cfg) if many else by_tail(cfg) if isinstance(documents, list)
              else first_tokens())  # FineWeb's stream: its first 100M tokens
     out_dir = os.path.join(cfg.out_root, name)
@@ -147,8 +147,8 @@ def tokenize(documents, tok, quiet, batch=256):
     a batch in threads (its Rust core runs without Python's lock)."""
     t0, n_bytes, n_tokens = time.time(), 0, 0
     documents = iter(documents)
-    while texts := [t for t in itertools.islice(documents, batch) if t]:
-        for ids in tok.encode_batch(texts):
+    while texts := list(itertools.islice(documents, batch)):
+        for ids in tok.encode_batch([t for t in texts if t]):
             n_tokens += len(ids) + 1
             yield np.concatenate(([tok.eot], ids)).astype(np.uint32)
         n_bytes += sum(len(t.encode("utf-8")) for t in texts)
@@ -206,9 +206,15 @@ class new_folder:
                                      f"unchanged; free some space") from None
             return False
         old = f"{self.tmp}.old"
-        if os.path.exists(self.out_dir):
-            os.replace(self.out_dir, old)
-        os.replace(self.tmp, self.out_dir)
+        try:
+            if os.path.exists(self.out_dir):
+                os.replace(self.out_dir, old)
+            os.replace(self.tmp, self.out_dir)
+        except BaseException:  # in the switch: the old one back in place, this run's removed
+            if os.path.exists(old) and not os.path.exists(self.out_dir):
+                os.replace(old, self.out_dir)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
         shutil.rmtree(old, ignore_errors=True)
         return False
 
@@ -256,7 +262,7 @@ def local_files(pattern):
     found = sorted(p for p in glob.glob(os.path.join(pattern, "**", "*"), recursive=True)
                    if os.path.isfile(p))
     texts = [p for p in found if p.lower().endswith((".txt", ".md"))]
-    if len(texts) < len(found):
+    if texts and len(texts) < len(found):  # (none: the error says what a folder gives)
         print(f"note: {pattern}: reading its {len(texts)} *.txt and *.md files, skipping "
               f"{plural(len(found) - len(texts), 'other')}", file=sys.stderr)
     return texts

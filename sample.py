@@ -28,7 +28,7 @@ SETTINGS = dict(
     top_k=(200, "keep only the k likeliest tokens (None: all)", POSITIVE),
     top_p=(None, "keep the smallest set of tokens whose probability reaches p (None: all)",
            between(1e-9, 1.0)),
-    seed=(1337, "the same seed gives the same text"),
+    seed=(1337, "the same seed gives the same text", between(0, 2**64 - 1)),  # torch.manual_seed's
     use_cache=(True, "KV cache; False recomputes the whole context for every token (nanoGPT's)"),
     device=("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps"),
     dtype=("auto", "auto (bfloat16 on capable GPUs, else float32), float32, bfloat16, float16"),
@@ -67,10 +67,10 @@ def sample(cfg, out=sys.stdout, err=sys.stderr):
         print(text, end="", file=out, flush=True)
         new, pending = [], []  # pending: ids of a character whose bytes are not all there yet
         with autocast:  # made under autocast, the cache takes the compute dtype
-            cache = model.new_kv_cache(1) if cfg.use_cache else None
+            cache = model.new_kv_cache(1) if cfg.use_cache else False
             t0 = time.perf_counter()
             for token in model.generate_tokens(prompt, cfg.max_new_tokens, cfg.temperature,
-                                               cfg.top_k, cfg.top_p, cfg.use_cache, cache):
+                                               cfg.top_k, cfg.top_p, cache):
                 new.append(token.item())
                 pending.append(new[-1])
                 piece = tokenizer.decode(pending)
@@ -107,9 +107,10 @@ def real_words(ckpt, tokenizer, samples, err):
     if not os.path.isdir(data_dir) or data.load_meta(data_dir)["tokenizer"] != tokenizer.name:
         return None
     words = lambda text: re.findall(r"[a-z]+", text.lower())
-    known = set()
-    for path in data.list_shards(data_dir, "train"):  # up to 10M tokens of it
-        tokens = np.asarray(data.read_shard(path)[:10_000_000])
+    known, left = set(), 10_000_000
+    for path in data.list_shards(data_dir, "train"):  # up to 10M tokens of it, in all
+        tokens = np.asarray(data.read_shard(path)[:left])
+        left -= len(tokens)
         known.update(words(tokenizer.decode(tokens[tokens != tokenizer.eot])))
     found = words(" ".join(tokenizer.decode([t for t in s if t != tokenizer.eot])
                            for s in samples))

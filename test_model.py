@@ -1,4 +1,4 @@
-"""Tests for model.py: the three value modes, GQA, the shared-value KV cache.
+"""Tests for model.py: the value modes, GQA, the shared-value KV cache, value embeddings.
 Run: python -m pytest -q"""
 import math
 
@@ -7,7 +7,7 @@ import torch
 
 from model import GPT, GPTConfig, KVCache, sample_next
 
-MODES = ["vanilla", "resformer", "svformer"]
+MODES = ["vanilla", "resformer", "svformer", "value_embed"]
 N_HEAD = 4
 KV_HEADS = [N_HEAD, N_HEAD // 2, 1]
 
@@ -120,8 +120,8 @@ def test_svformer_has_no_value_projection_beyond_layer_1(n_kv_head):
         assert tiny("resformer", n_kv_head, n_layer=n_layer).num_params() == vanilla.num_params()
 
 
-@pytest.mark.parametrize("mode,reaches",
-                         [("vanilla", False), ("resformer", True), ("svformer", True)])
+@pytest.mark.parametrize("mode,reaches", [("vanilla", False), ("resformer", True),
+                                         ("svformer", True), ("value_embed", False)])
 def test_gradient_from_last_layer_reaches_layer1_value_projection(mode, reaches):
     """V_1 is not detached: the last layer's attention output alone sends gradient
     to layer 1's W_V."""
@@ -147,9 +147,8 @@ def test_incremental_decoding_matches_full_forward(mode, n_kv_head):
           else dict(value_mode=mode))
     model = tiny(n_kv_head=n_kv_head, **kw).eval()
     with torch.no_grad():  # make the learnable lambdas differ from 0.5 so they matter
-        for p in model.parameters():
-            if p.dim() == 1 and p.numel() == 2:
-                p.uniform_(0.2, 0.9)
+        for _, p in model.parameter_groups()["mixing"]:  # learned lambdas, value_embed's
+            p.uniform_(0.2, 0.9)
     x = tokens(B=2, T=16)
     full, _ = model(x, all_logits=True)
     cache = model.new_kv_cache(batch_size=2)
@@ -166,13 +165,13 @@ def test_incremental_decoding_matches_full_forward(mode, n_kv_head):
 def test_greedy_generate_same_with_and_without_cache_past_block_size(mode, n_kv_head):
     model = tiny(mode, n_kv_head).eval()
     prompt = tokens(B=2, T=3)
-    cached = model.generate(prompt, 40, temperature=0, use_cache=True)  # block_size 16: refills
-    plain = model.generate(prompt, 40, temperature=0, use_cache=False)
+    cached = model.generate(prompt, 40, temperature=0)  # block_size 16: refills
+    plain = model.generate(prompt, 40, temperature=0, kv_cache=False)
     assert cached.shape == (2, 43)
     assert torch.equal(cached, plain)
     long_prompt = tokens(B=1, T=30)  # longer than block_size from the start
     assert torch.equal(model.generate(long_prompt, 5, temperature=0),
-                       model.generate(long_prompt, 5, temperature=0, use_cache=False))
+                       model.generate(long_prompt, 5, temperature=0, kv_cache=False))
 
 
 def test_cache_overflow_and_multi_token_steps_are_clear_errors():
@@ -201,6 +200,7 @@ def test_cache_bytes_svformer_vs_vanilla(n_layer):
         assert (live["svformer", n_kv_head] * 2 * n_layer
                 == live["vanilla", n_kv_head] * (n_layer + 1))
         assert live["resformer", n_kv_head] == live["vanilla", n_kv_head]
+        assert live["value_embed", n_kv_head] == live["vanilla", n_kv_head]  # the mixed V
         for mode in MODES:  # bytes scale with n_kv_head / n_head
             assert live[mode, n_kv_head] * N_HEAD == live[mode, N_HEAD] * n_kv_head
     sv_cache = tiny("svformer", n_layer=n_layer).new_kv_cache(1)
@@ -243,8 +243,8 @@ def test_decoding_never_reads_a_tensor_on_the_host(monkeypatch):
         monkeypatch.setattr(torch.Tensor, name, no_host_read)
     monkeypatch.setattr(torch, "multinomial", no_host_read)
     for kw in (dict(temperature=0), dict(temperature=0.8, top_k=5, top_p=0.9)):
-        for use_cache in (True, False):
-            out = model.generate(tokens(B=2, T=3), 20, use_cache=use_cache, **kw)  # refills past 16
+        for kv_cache in (None, False):
+            out = model.generate(tokens(B=2, T=3), 20, kv_cache=kv_cache, **kw)  # refills past 16
     monkeypatch.undo()
     assert out.shape == (2, 23)
 
@@ -279,3 +279,58 @@ def test_mfu():  # the GPU peaks it divides by: test_runtime.py
     model = tiny()
     assert model.estimate_mfu(1000, 1e12, 16) == pytest.approx(
         model.flops_per_token(16) * 1000 / 1e12)
+
+
+def test_value_embed_matches_the_formula_in_every_layer():
+    """U_n = A_n ((1 - l_n) V_n + l_n E_n[x]) with l_n learned from 0.5, in layer 1 too: the
+    attention output of each layer, recomputed by hand from its input, its table and its l."""
+    model = tiny("value_embed", 2, n_layer=2).eval()
+    x = tokens(B=2, T=10)
+    with torch.no_grad():
+        model.transformer.h[1].attn.value_lambda.fill_(0.3)
+    for layer in (0, 1):
+        captured = {}
+        attn = model.transformer.h[layer].attn
+        attn.register_forward_hook(lambda m, inp, out: captured.update(inp=inp, out=out))
+        model(x)
+        hidden, (C, kv) = captured["inp"][0], (32, 2 * 8)
+        W = attn.c_attn.weight
+        Q, K, V = hidden @ W[:C].T, hidden @ W[C:C + kv].T, hidden @ W[C + kv:].T
+        lam = attn.value_lambda
+        assert lam.item() == pytest.approx(0.5 if layer == 0 else 0.3)
+        mixed = (1 - lam) * V + lam * attn.value_embed.weight[x]  # the token's row alone
+        heads = lambda t, n: t.view(2, 10, n, 8).transpose(1, 2).repeat_interleave(4 // n, 1)
+        A = (heads(Q, 4) @ heads(K, 2).transpose(-1, -2) / math.sqrt(8)).masked_fill(
+            torch.ones(10, 10).triu(1).bool(), float("-inf")).softmax(-1)
+        expected = attn.c_proj((A @ heads(mixed, 2)).transpose(1, 2).reshape(2, 10, C))
+        assert torch.allclose(captured["out"][0], expected, atol=1e-5)
+        assert torch.equal(captured["out"][1], mixed.view(2, 10, 2, 8).transpose(1, 2))
+
+
+def test_value_embed_parameters_are_counted_and_grouped():
+    """A table of vocab x kv_dim per layer: all of it counts in num_params, one row of it per
+    token in active_params, none of it in the FLOPs (a lookup multiplies nothing). The tables
+    are decayed like every embedding; each layer's l is a mixing weight: no decay, logged."""
+    vanilla, ve = tiny("vanilla", 2), tiny("value_embed", 2)
+    tables = 3 * 37 * 16  # layers x vocab x kv_dim
+    assert ve.num_params() == vanilla.num_params() + tables + 3
+    assert ve.active_params() == vanilla.num_params() + 3 * 16 + 3
+    assert ve.flops_per_token(16) == vanilla.flops_per_token(16) + 6 * 3
+    groups = {k: [name for name, _ in v] for k, v in ve.parameter_groups().items()}
+    assert all(f"transformer.h.{i}.attn.value_embed.weight" in groups["decay"] for i in range(3))
+    assert groups["mixing"] == [f"transformer.h.{i}.attn.value_lambda" for i in range(3)]
+    assert list(ve.mixing_weights().values()) == [0.5, 0.5, 0.5]
+    cache = ve.new_kv_cache(1)  # a value tensor per layer, as vanilla's: the mixed value
+    assert len(cache.values) == 3 and cache.nbytes() == vanilla.new_kv_cache(1).nbytes()
+
+
+def test_a_parameter_a_layer_creates_itself_is_a_mixing_weight():
+    """A student's gate (a bare nn.Parameter on an attention module, shape (n_kv_head, 1, 1))
+    is not decayed by accident: it lands in the mixing group, with its own lr and the log."""
+    model = tiny("resformer")
+    model.transformer.h[1].attn.gate = torch.nn.Parameter(torch.ones(N_HEAD, 1, 1))
+    groups = model.parameter_groups()
+    assert [n for n, _ in groups["mixing"]] == ["transformer.h.1.attn.gate"]
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu", lambda_lr_scale=0.5)
+    assert opt.param_groups[2]["weight_decay"] == 0.0 and opt.param_groups[2]["lr_scale"] == 0.5
+    assert model.mixing_weights() == {"transformer.h.1.attn.gate": [[[1.0]]] * N_HEAD}

@@ -39,7 +39,8 @@ SETTINGS = dict(
     eval_iters=(20, "batches per loss estimate during training", POSITIVE),
     resume=(False, "continue out_dir/ckpt.pt: its settings, changed only where given"),
     overwrite=(False, "start afresh even if out_dir already holds a checkpoint"),
-    seed=(1337, "seed of the initial weights and of the order of the training batches"),
+    seed=(1337, "seed of the initial weights and of the order of the training batches",
+          between(0, 2**63 - 1 - 4096)),  # (torch's seeds, with a rank added)
     # data
     dataset=(data.DEFAULT_DATASET, "data/<dataset>/ from prepare.py, or a path to such a folder"),
     batch_size=(12, "sequences per micro-step", POSITIVE),
@@ -107,13 +108,16 @@ def train(cfg, given=None):
     rank, world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if ddp else (0, 1)
     device, dtype, autocast = setup_device(cfg.device, cfg.dtype)
     data_dir = data.dataset_dir(cfg.dataset)
-    if cfg.dataset == data.DEFAULT_DATASET and rank == 0:
-        data.prepare_default(data_dir)  # the embedded plays, tokenized on first use
-    identity = data.data_identity(data_dir)  # a missing dataset fails here, before out_dir
+    if cfg.dataset == data.DEFAULT_DATASET and not cfg.resume:  # the plays, on first use:
+        data.prepare_default(data_dir, wait=rank != 0)  # rank 0 tokenizes, the others wait
+    # a missing dataset fails here, before out_dir (a resume's: the checkpoint's, below)
+    identity = None if cfg.resume else data.data_identity(data_dir)
     with training_run(cfg, rank) as ckpt:  # out_dir is this run's until the run ends
         changes = {}
         if ckpt is not None:  # --resume: the checkpoint's settings, changed only where given
-            cfg, changes = resumed(cfg, given, ckpt, identity)
+            cfg, changes, identity = resumed(cfg, given, ckpt)
+            data_dir = data.dataset_dir(cfg.dataset)  # the checkpoint's, unless --dataset given
+            device, dtype, autocast = setup_device(cfg.device, cfg.dtype)  # and its dtype
         if ddp:
             dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
             device = f"cuda:{os.environ['LOCAL_RANK']}" if device.startswith("cuda") else device
@@ -121,7 +125,7 @@ def train(cfg, given=None):
         # One step: grad_accum micro-steps of batch_size x block_size tokens in each process.
         grad_accum = cfg.gradient_accumulation_steps // world or 1
         tokens_per_step = cfg.batch_size * cfg.block_size * grad_accum * world
-        log = Log(cfg.out_dir, rank == 0, fresh=ckpt is None)
+        log = Log(cfg.out_dir, rank == 0, resume_at=ckpt and ckpt["iter_num"])
 
         # The data: random windows of the train split (each process its own stream), and fixed
         # windows of both splits for the loss estimates, the same at every evaluation.
@@ -159,7 +163,7 @@ def train(cfg, given=None):
         # fp16 needs the loss scaled up, so that small gradients do not round to zero (for bf16
         # and fp32 the scaler is off, and its calls do nothing)
         scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
-        announce(log, cfg, changes, raw_model, tokens_per_step, iter_num)
+        announce(log, cfg, changes, raw_model, iter_num, (device, dtype))
 
         evals, speeds, t_start = [], [], time.time()
         t0, timed_from = t_start, iter_num  # the clock of the steps since the last log line
@@ -284,8 +288,9 @@ class Batches:
             longest = max(len(s) for s in shards)
             raise data.DataError(f"the {split} split's longest shard has "
                                  f"{plural(longest, 'token')}, fewer than one window needs "
-                                 f"(block_size {self.T} + 2): use --block_size="
-                                 f"{max(longest - 2, 1)} or less, or prepare more text")
+                                 f"(block_size {self.T} + 2): " + (f"use --block_size="
+                                 f"{longest - 2} or less, or " if longest > 2 else "") +
+                                 "prepare more text")
 
     def next(self, device="cpu"):
         rows = []
@@ -386,27 +391,28 @@ def training_run(cfg, rank):
             dist.destroy_process_group()
 
 
-def resumed(cfg, given, ckpt, identity):
-    """(the checkpoint's settings with those given on the command line, the changes); refused
-    where the model's shape or the data changed."""
+def resumed(cfg, given, ckpt):
+    """(the checkpoint's settings with those given on the command line, the changes, the
+    identity of the data it goes on with); refused where the model's shape or the data changed."""
     saved = {**vars(defaults(SETTINGS)), **ckpt["config"], **{k: getattr(cfg, k) for k in ACTIONS}}
     given = set(vars(cfg) if given is None else given) - set(ACTIONS)
     changes = {k: (saved[k], getattr(cfg, k)) for k in given if saved[k] != getattr(cfg, k)}
     shape = [f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in changes.items()
-             if k in ckpt["model_args"] and k != "dropout"]
+             if k in ckpt["model_args"] and k != "dropout"
+             and (k, b or cfg.n_head) != ("n_kv_head", ckpt["model_args"]["n_kv_head"])]
     if shape:
         raise ConfigError(f"cannot resume {cfg.out_dir}/ckpt.pt: the model differs "
                           f"({', '.join(shape)}); a run keeps its shape: drop those settings, or "
                           f"start a new run in another --out_dir")
-    then = ckpt["data"]
+    cfg = type(cfg)(**{**saved, **{k: b for k, (_, b) in changes.items()}})
+    check(cfg)
+    then, identity = ckpt["data"], data.data_identity(data.dataset_dir(cfg.dataset))
     if then["sha256"] != identity["sha256"]:  # (a changed tokenizer changes the shards too)
         raise data.DataError(f"cannot resume {cfg.out_dir}/ckpt.pt: it trained on {then['dir']} "
                              f"({data.describe(then)}), which now holds other data "
                              f"({data.describe(identity)}, {identity['tokenizer']} tokens): "
                              f"prepare the original data again, or start a new run")
-    cfg = type(cfg)(**{**saved, **{k: b for k, (_, b) in changes.items()}})
-    check(cfg)
-    return cfg, changes
+    return cfg, changes, identity
 
 
 def save_checkpoint(out_dir, record, model, optimizer, batches, world):
@@ -438,10 +444,13 @@ def restore_rng(ckpt, batches, rank, world, out_dir):
 class Log:
     """log(record, line): the line on stdout, the record appended to out_dir/log.jsonl (rank 0)."""
 
-    def __init__(self, out_dir, master, fresh):
+    def __init__(self, out_dir, master, resume_at=None):
         self.path, self.master = os.path.join(out_dir, "log.jsonl"), master
-        if master and fresh and os.path.exists(self.path):
-            os.remove(self.path)  # a fresh run, a fresh log
+        if master and os.path.exists(self.path):  # a fresh run, a fresh log; a resumed one
+            with open(self.path) as f:            # drops what came after its checkpoint
+                kept = [line for line in f if resume_at and json.loads(line)["iter"] <= resume_at]
+            with data.atomic_write(self.path, "w") as f:
+                f.writelines(kept)
 
     def __call__(self, record=None, line=None):
         if self.master and line is not None:
@@ -451,11 +460,15 @@ class Log:
                 f.write(json.dumps(record) + "\n")
 
 
-def announce(log, cfg, changes, model, tokens_per_step, iter_num):
-    """A resume's changes, the settings in effect (derived values filled in), then in one line
-    what is trained."""
+def announce(log, cfg, changes, model, iter_num, where):
+    """A resume's changes, the settings in effect (derived values filled in, the device and dtype
+    in where), then in one line what is trained."""
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    micro = cfg.gradient_accumulation_steps // world or 1
+    tokens_per_step = cfg.batch_size * cfg.block_size * micro * world
     settings = {**settings_of(cfg), "warmup_iters": warmup_steps(cfg),
-                "lr_decay_iters": decay_end(cfg), "n_kv_head": model.config.n_kv_head}
+                "lr_decay_iters": decay_end(cfg), "n_kv_head": model.config.n_kv_head,
+                "device": where[0], "dtype": where[1]}
     for k, (a, b) in changes.items():
         log(line=f"resume: {k}: {a!r} -> {b!r}")
     if cfg.resume:
@@ -463,13 +476,12 @@ def announce(log, cfg, changes, model, tokens_per_step, iter_num):
             ": at max_iters already, nothing to train (to go further: --resume with a larger "
             "--max_iters)" if iter_num >= cfg.max_iters else ""))
     log(line="settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    micro = tokens_per_step // (cfg.batch_size * cfg.block_size * world)
     log({"kind": "config", "iter": iter_num, "settings": settings, "world": world,
          "num_params": model.num_params(), "tokens_per_step": tokens_per_step},
         f"{cfg.value_mode}: {model.num_params() / 1e6:.2f}M parameters, {tokens_per_step:,} "
         f"tokens/step ({cfg.batch_size} x {cfg.block_size} x {plural(micro, 'micro-step')} x "
-        f"{plural(world, 'process')}), {plural(cfg.max_iters, 'step')}, data {cfg.dataset}")
+        f"{world} process{'' if world == 1 else 'es'}), {plural(cfg.max_iters, 'step')}, "
+        f"data {cfg.dataset}")
 
 
 def describe(mixing):

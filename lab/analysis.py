@@ -125,6 +125,62 @@ def size_sweep(sweep):
     return out
 
 
+def vanilla_curve(results):
+    """The paper's own measure, "matches a vanilla model X% larger": vanilla at several sizes
+    (variants named vanilla or vanilla:<size settings>, on shared seeds), a line loss = a + b ln N
+    through their final losses, and every other variant placed on it: the N_eq at which the line
+    reaches the variant's mean loss, as X = N_eq / N - 1 of the variant's own parameters (its
+    total parameters: a value-embedding table counts in full). The 95% interval resamples the
+    seeds (bootstrap, fixed RNG), refitting the line each time. None with fewer than 3 sizes.
+    'inside': whether N_eq lies within the sizes measured (else it is an extrapolation)."""
+    sizes = {n: r for n, r in results.items() if is_vanilla_size(n)}
+    if len({r["num_params"] for r in sizes.values()}) < 3:
+        return None
+    seeds = sorted(set.intersection(*(set(r["seeds"]) for r in sizes.values())))
+    if len(seeds) < 2:
+        return None
+    params = np.log([r["num_params"] for r in sizes.values()])
+    losses = np.array([[r["val_loss"][r["seeds"].index(s)] for s in seeds]
+                       for r in sizes.values()])  # [size][seed]
+
+    def fit(cols):
+        b, a = np.polyfit(params, losses[:, cols].mean(axis=1), 1)
+        return a, b
+
+    def larger(r, cols, line):
+        a, b = line
+        mine = np.mean([r["val_loss"][r["seeds"].index(seeds[c])] for c in cols])
+        return math.exp((mine - a) / b) / r["num_params"] - 1 if b < 0 else None
+
+    rng, every = np.random.default_rng(0), list(range(len(seeds)))
+    draws = [list(rng.integers(0, len(seeds), len(seeds))) for _ in range(2000)]
+    lines = [fit(cols) for cols in draws]
+    a, b = fit(every)
+    placed = {}
+    for name, r in results.items():
+        if name in sizes or not set(seeds) <= set(r["seeds"]):
+            continue
+        x = larger(r, every, (a, b))
+        boot = sorted(v for v in (larger(r, c, line) for c, line in zip(draws, lines))
+                      if v is not None)
+        n_eq = r["num_params"] * (1 + x) if x is not None else None
+        placed[name] = {"num_params": r["num_params"], "larger": x,
+                        "interval": ([boot[50], boot[1949]] if len(boot) == 2000 else None),
+                        "matched_params": n_eq, "inside": n_eq is not None
+                        and math.exp(params.min()) <= n_eq <= math.exp(params.max())}
+    return {"sizes": {n: r["num_params"] for n, r in sizes.items()}, "seeds": seeds,
+            "line": [float(a), float(b)], "residual": float(np.std(
+                losses.mean(axis=1) - (a + b * params))), "placed": placed,
+            "slope_interval": sorted(line[1] for line in lines)[50::1899][:2]}
+
+
+def is_vanilla_size(name):
+    """'vanilla', or vanilla with only its size changed ('vanilla:n_embd=48:n_layer=8')."""
+    base, *settings = name.split(":")
+    return base == "vanilla" and all(s.partition("=")[0] in ("n_embd", "n_layer", "n_head")
+                                     for s in settings)
+
+
 # ---- the learning-rate search ----
 
 FINEST_LR_STEP = math.sqrt(2)  # neighbours of the best learning rate are at most this far apart

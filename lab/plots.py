@@ -11,13 +11,17 @@ import numpy as np
 
 from model import VALUE_MODES
 
-from .analysis import mixing_by_layer, size_sweep
+from .runs import read_log
+
+from .analysis import bracketed, mixing_by_layer, size_sweep, vanilla_curve
 
 
-def label(name):
+def label(name, note=None):
     """A variant as a class reads it: 'resformer:lambda_1=2:lambda_2=1' -> 'ResFormer, λ = 2',
-    'svformer_kv1' -> 'SVFormer, 1 KV head' (the tables keep the exact name)."""
+    'svformer_kv1' -> 'SVFormer, 1 KV head' (the tables keep the exact name); a note (such as
+    '85% of the tokens') replaces the settings."""
     base, *settings = name.split(":")
+    settings = [] if note else settings
     mode = max((m for m in VALUE_MODES if base.startswith(m)), key=len, default=None)
     if mode is None:
         return name
@@ -31,11 +35,11 @@ def label(name):
     if given.get("lambda_2") == "1" and "lambda_1" in given:  # the paper's U = A (V_n + λ V_1)
         words.append(f"λ = {given.pop('lambda_1')}")
         given.pop("lambda_2")
-    words += [f"{k} = {v}" for k, v in given.items()]
+    words += [f"{k} = {v}" for k, v in given.items()] + ([note] if note else [])
     return ", ".join(words)
 
 
-def pyplot():
+def pyplot(quiet=False):
     """matplotlib.pyplot for files (no display), or None with one line saying how to get it."""
     try:
         import matplotlib
@@ -43,8 +47,9 @@ def pyplot():
         import matplotlib.pyplot as plt
         return plt
     except ImportError:
-        print("pictures skipped: matplotlib is not installed (pip install matplotlib); "
-              "tables are written")
+        if not quiet:
+            print("pictures skipped: matplotlib is not installed (pip install matplotlib); "
+                  "tables are written")
         return None
 
 
@@ -96,12 +101,12 @@ def write_all(root, results, sweep, maps, search=None, escape_loss=0.0):
         for name, r in results.items():
             layers, mean, std = (np.arange(1, len(r[key]) + 1), np.array(r[key]),
                                  np.array(r[key + "_std"]))
-            line, = ax.plot(layers, mean, marker="o", ms=3, label=name)
+            line, = ax.plot(layers, mean, marker="o", ms=3, label=label(name, r.get("note")))
             ax.fill_between(layers, np.clip(mean - std, low, high), np.clip(mean + std, low, high),
                             color=line.get_color(), alpha=0.15)
         layer_axis(plt, ax, max(len(r[key]) for r in results.values()))
-        ax.set(ylabel=ylabel, title=f"{key.replace('_', ' ').capitalize()} per layer: {note} "
-                                    f"(band = ±1 std over seeds)")
+        title = f"{key.replace('_', ' ').capitalize()} per layer: {note} (band: ±1 std, seeds)"
+        ax.set(ylabel=ylabel, title="\n".join(textwrap.wrap(title, 70)))
         ax.title.set_fontsize(9)
         written.append(save(plt, fig, os.path.join(root, f"{key}.png")))
     learned = {n: mixing_by_layer(r["mixing"]) for n, r in results.items() if r.get("mixing")}
@@ -125,75 +130,101 @@ def write_all(root, results, sweep, maps, search=None, escape_loss=0.0):
         written.append(sweep_figure(plt, root, sweep))
     if size_sweep(sweep):
         written.append(size_figure(plt, root, sweep))
+    if vanilla_curve(results):
+        written.append(curve_figure(plt, root, results))
     if maps:
         written.append(attention_maps(plt, root, maps))
     return written
 
 
-def loss_figure(plt, root, results, escape_loss=0.0):
-    """Val loss against tokens (mean over seeds, min-max band; a triangle where the variant left
+def loss_figure(plt, root, results, escape_loss=0.0, path=None):
+    """Val loss against steps (mean over seeds, min-max band; a triangle where the variant left
     the early plateau, on average), and with vanilla a second panel: the paired difference to
-    vanilla at each evaluation, so close curves stay readable."""
+    vanilla at each evaluation, so close curves stay readable. Axes start where the curves
+    compare: the first evaluations (loss 4-7, before the plateau) would squash the rest."""
     base = results.get("vanilla")
     if base is None:
-        fig, top = plt.subplots(figsize=(6, 4))
+        fig, top = plt.subplots(figsize=(7, 4.2))
         bottom = None
     else:
-        fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6.5), sharex=True,
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6.8), sharex=True,
                                           gridspec_kw={"height_ratios": [3, 2]})
-    gaps, escape_marked = [], False
+    shown, gaps, escape_marked = [], [], False
     for name, r in results.items():
-        tokens, curves = np.array(r["tokens"]), np.array(r["curves"])
-        keep = tokens > 0  # step 0 (loss ~ log vocab) would flatten everything else
-        left = [e[1] for e in r.get("escape", []) if e]
+        steps, curves = np.array(r["steps"]), np.array(r["curves"])
+        keep = steps > 0  # step 0 (loss ~ log vocab) would flatten everything else
+        left = [e[0] for e in r.get("escape", []) if e]
         stalled = escape_loss and len(left) < len(r.get("escape", []))  # say so in the legend
-        line, = top.plot(tokens[keep], curves.mean(0)[keep], marker="o", ms=2, label=name + (
-            f" (left the plateau on {len(left)} of {len(r['escape'])} seeds)" if stalled else ""))
-        top.fill_between(tokens[keep], curves.min(0)[keep], curves.max(0)[keep],
+        line, = top.plot(steps[keep], curves.mean(0)[keep], marker="o", ms=2,
+                         label=label(name, r.get("note")) + (f" (left the plateau on {len(left)} of "
+                                              f"{len(r['escape'])} seeds)" if stalled else ""))
+        top.fill_between(steps[keep], curves.min(0)[keep], curves.max(0)[keep],
                          color=line.get_color(), alpha=0.2)
+        shown.append(curves.mean(0)[keep][2:] if keep.sum() > 4 else curves.mean(0)[keep])
         if escape_loss and left:  # one legend entry explains every triangle
             top.plot([np.mean(left)], [escape_loss], marker="v", ms=9, color=line.get_color(),
                      ls="none", label=None if escape_marked else
                      "leaves the plateau (mean step of the seeds that left)")
             escape_marked = True
         if base is not None and name != "vanilla":
-            # a shorter variant: its own points, vanilla's same tokens
-            steps = min(len(tokens), len(base["tokens"]))
-            paired = [np.array(r["curves"][i][:steps])
-                      - np.array(base["curves"][base["seeds"].index(s)][:steps])
+            n = min(len(steps), len(base["steps"]))  # a shorter variant: its own steps
+            paired = [np.array(r["curves"][i][:n])
+                      - np.array(base["curves"][base["seeds"].index(s)][:n])
                       for i, s in enumerate(r["seeds"])
-                      if s in base["seeds"] and r["tokens"][:steps] == base["tokens"][:steps]]
+                      if s in base["seeds"] and list(r["steps"][:n]) == list(base["steps"][:n])]
             if paired:
-                gap = np.array(paired).mean(0)[keep[:steps]]
-                bottom.plot(tokens[:steps][keep[:steps]], gap, marker="o", ms=2,
-                            color=line.get_color(), label=name)
-                gaps.append(gap[2:] if len(gap) > 3 else gap)  # as above: from the third on
-    # the y-axis starts where the curves become comparable: the first evaluations (loss 4-7,
-    # before the early plateau) would squash the plateau and the gap a class should look at
-    means = [np.array(r["curves"]).mean(0)[np.array(r["tokens"]) > 0] for r in results.values()]
-    low = min(m.min() for m in means)
-    high = max([m[min(2, len(m) - 1)] for m in means] + [escape_loss])  # from the third on
+                gap = np.array(paired).mean(0)[keep[:n]]
+                bottom.plot(steps[:n][keep[:n]], gap, marker="o", ms=2, color=line.get_color(),
+                            label=label(name, r.get("note")))
+                gaps.append(gap)
+    values = np.concatenate(shown)
+    low, high = values.min(), values.max()
+    if escape_loss and low <= escape_loss <= high:
+        top.axhline(escape_loss, color="gray", ls=":", lw=1)
     if high > low:
         top.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
-    if escape_loss:
-        top.axhline(escape_loss, color="gray", ls=":", lw=1)
-    top.legend(fontsize=8, framealpha=0.9, loc="upper right")  # curves fall from the upper left
+    top.legend(fontsize=8, framealpha=0.9, loc="best")
     top.set(ylabel="val loss (nats per token)",
             title="Val loss (fixed windows; mean over seeds, band = min-max; lower is better)")
-    tokens_axis(top)
+    per_step = next(iter(results.values())).get("tokens_per_step")
+    (bottom or top).set_xlabel(f"step ({per_step:,} tokens each)" if per_step else "step")
     if bottom is not None:
-        top.set_xlabel("")
         bottom.axhline(0, color="black", lw=0.8)
-        if gaps:
-            low, high = min(0, *(g.min() for g in gaps)), max(0, *(g.max() for g in gaps))
+        if gaps:  # the 2nd to 98th percentile: one early outlier must not flatten the rest
+            every = np.concatenate(gaps)
+            low, high = (min(0, np.percentile(every, 2)), max(0, np.percentile(every, 98)))
             if high > low:
-                bottom.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
+                bottom.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
         bottom.set(ylabel="minus vanilla (same seed)",
                    title="Difference to vanilla, mean of per-seed differences (below 0 = better)")
-        tokens_axis(bottom)
     for ax in fig.axes:
         ax.title.set_fontsize(9)
-    return save(plt, fig, os.path.join(root, "loss.png"))
+    return save(plt, fig, path or os.path.join(root, "loss.png"))
+
+
+def live_loss(root, grid, escape_loss=0.0):
+    """loss.png redrawn from the logs of the runs so far (compare.py calls it every 30 s while
+    they train): each variant over the seeds that have started, up to the step all of them
+    reached. Written to a temporary file and renamed, so a viewer never sees half a picture."""
+    plt = pyplot(quiet=True)
+    results = {}
+    for (name, seed, _), cfg in grid:
+        evals = [r for r in read_log(cfg["out_dir"]) if r["kind"] == "eval"]
+        if len(evals) >= 2:
+            r = results.setdefault(name, {"seeds": [], "curves": [], "steps": None})
+            r["seeds"].append(seed)
+            r["curves"].append([e["val_loss"] for e in evals])
+            r["steps"] = [e["iter"] for e in evals] if r["steps"] is None or len(evals) > len(
+                r["steps"]) else r["steps"]
+    if plt is None or not results:
+        return None
+    for r in results.values():
+        n = min(map(len, r["curves"]))
+        r["curves"], r["steps"] = [c[:n] for c in r["curves"]], r["steps"][:n]
+    tmp = os.path.join(root, "loss.live.png")
+    loss_figure(plt, root, results, escape_loss, path=tmp)
+    os.replace(tmp, os.path.join(root, "loss.png"))
+    return os.path.join(root, "loss.png")
 
 
 def lr_figure(plt, root, search):
@@ -208,10 +239,14 @@ def lr_figure(plt, root, search):
         for lr in lrs:
             ax.scatter([lr] * len(by_lr[lr]), np.minimum(by_lr[lr], ceiling), s=12,
                        color=f"C{k}", alpha=0.5)
-        ax.plot(lrs, np.minimum(means, ceiling), color=f"C{k}", label=f"{name} (dots: seeds)")
+        ax.plot(lrs, np.minimum(means, ceiling), color=f"C{k}",
+                label=f"{label(name)} (dots: seeds)")
         best = lrs[int(np.argmin(means))]
+        edge = not bracketed(dict(zip(lrs, means)))  # the lowest point at the grid's edge
         ax.scatter([best], [min(means)], s=120, facecolors="none", edgecolors=f"C{k}", lw=2,
-                   label=f"{name} best: {best:g}")
+                   ls="--" if edge else "-", label=f"{label(name)}: " + (
+                       f"lowest at the grid's edge, {best:g} (not bracketed)" if edge
+                       else f"best {best:g}"))
     ax.set_xscale("log")
     ax.set(xlabel="peak learning rate (log scale)", ylabel="final val loss (whole split)",
            title="Learning-rate search: each variant's U-curve")
@@ -290,6 +325,36 @@ def size_figure(plt, root, sweep):
     return save(plt, fig, os.path.join(root, "params.png"))
 
 
+def curve_figure(plt, root, results):
+    """The paper's measure as a picture: vanilla's final loss at each size (dots: seeds), the
+    line through them, and each variant at its own parameters with an arrow along the line to
+    the vanilla size that matches it."""
+    curve = vanilla_curve(results)
+    (a, b), sizes = curve["line"], curve["sizes"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for n in sizes:
+        r = results[n]
+        ax.scatter([r["num_params"]] * len(r["val_loss"]), r["val_loss"], s=10, color="gray",
+                   alpha=0.5)
+    span = np.geomspace(min(sizes.values()) / 1.15, max(sizes.values()) * 1.15, 50)
+    ax.plot(span, a + b * np.log(span), color="black", lw=1.2,
+            label=f"vanilla, {len(sizes)} sizes (dots: seeds)")
+    for k, (name, p) in enumerate(curve["placed"].items()):
+        loss = results[name]["val_loss_mean"]
+        text = label(name) + ("" if p["larger"] is None else
+                              f": = vanilla {100 * p['larger']:+.0f}% larger")
+        ax.scatter([p["num_params"]], [loss], s=40, color=f"C{k}", zorder=3, label=text)
+        if p["matched_params"]:
+            ax.annotate("", (p["matched_params"], loss), (p["num_params"], loss),
+                        arrowprops=dict(arrowstyle="->", color=f"C{k}", lw=1))
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(token_units)
+    ax.set(xlabel="parameters (total)", ylabel="final val loss (whole split)",
+           title="Each variant on vanilla's loss-against-size line")
+    ax.legend(fontsize=8, loc="upper right")
+    return save(plt, fig, os.path.join(root, "size_curve.png"))
+
+
 def attention_maps(plt, root, maps):
     """maps: {name: [(layer number, (T, T) attention averaged over heads)]} -> rows of heatmaps,
     one colour scale for all."""
@@ -305,7 +370,7 @@ def attention_maps(plt, root, maps):
             layer, att = layers[col]
             # sqrt: small weights stay visible
             image = ax.imshow(np.sqrt(att), cmap="viridis", vmin=0, vmax=1)
-            ax.set_title(f"{name}, layer {layer}", fontsize=9)
+            ax.set_title(f"{label(name)}\nlayer {layer}", fontsize=8)
             ax.set_xlabel("key position", fontsize=8)
             ax.set_ylabel("query position", fontsize=8)
     # the scale in attention weights, not their square roots

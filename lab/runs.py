@@ -160,9 +160,10 @@ def final_loss(summary):
     return summary["val_loss_full"] if summary["status"] == "done" else float("inf")
 
 
-def run_grid(grid, jobs, samples, quiet_reuse=False, left="left"):
+def run_grid(grid, jobs, samples, quiet_reuse=False, left="left", on_progress=None):
     """Train every (name, seed, point, cfg) not finished yet, `jobs` at a time;
-    returns summaries by key. Each line says how long is left (left: how to say it)."""
+    returns summaries by key. Each line says how long is left (left: how to say it);
+    on_progress() is called beside the line printed every 30 s (compare's live picture)."""
     summaries, todo = {}, []
     for key, cfg in grid:
         done = finished(cfg, cfg["out_dir"])
@@ -199,11 +200,13 @@ def run_grid(grid, jobs, samples, quiet_reuse=False, left="left"):
                              for k, c, *_ in running)}
             print("   " + progress(todo, running, pace, jobs, left), flush=True)
             said = time.time()
+            if on_progress:
+                on_progress()
         try:
             time.sleep(0.5)
-        except KeyboardInterrupt:  # train.py got the Ctrl-C too: each saves at its next step
-            interrupted = True
-            print("\nCtrl-C: the running trainings save a checkpoint and stop; "
+        except KeyboardInterrupt:  # train.py got the Ctrl-C too: each stops, its last
+            interrupted = True      # checkpoint (from its last evaluation) whole
+            print("\nCtrl-C: the running trainings stop and keep their last checkpoints; "
                   "run the same command again to continue", flush=True)
         for item in list(running):
             key, cfg, process, log = item

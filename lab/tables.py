@@ -12,7 +12,8 @@ import numpy as np
 import data
 from configurator import plural
 
-from .analysis import bracketed, lr_range, mixing_by_layer, size_sweep, verdict
+from .analysis import (bracketed, lr_range, mixing_by_layer, size_sweep, vanilla_curve,
+                       verdict)
 
 
 def fmt_mean(mean, std, n):
@@ -80,6 +81,7 @@ def search_table(search, seeds):
 def write_tables(root, results, sweep, info, search=None):
     with data.atomic_write(os.path.join(root, "results.json"), "w") as f:
         json.dump({"info": info, "modes": results, "sweep": sweep, "size_sweep": size_sweep(sweep),
+                   "vanilla_curve": vanilla_curve(results),
                    "lr_search": {n: {f"{lr:g}": v for lr, v in by_lr.items()}
                                  for n, by_lr in (search or {}).items()}}, f, indent=1)
     reused = (f" ({info['reused']} of {plural(info['runs'], 'run')} reused)" if info["reused"]
@@ -101,7 +103,11 @@ def write_tables(root, results, sweep, info, search=None):
         tuned += (f"\nThe tables and pictures before the sweep's describe its first point, "
                   f"`{info['point']}`; the sweep table at the end has every point.\n")
     paired = "vanilla" in results  # without vanilla there is nothing to pair with
-    md = ["# Value residual comparison\n"] + ([headline(results, info), ""] if paired else []) + [
+    verdicts = ([headline(results, info), ""] if paired and not sweep else
+                [f"**Verdict at each sweep point** (the tables below describe the first):\n"] +
+                [f"- {point}: {headline(r, info).strip('*').removeprefix('Verdict')}"
+                 for point, r in sweep.items() if "vanilla" in r] + [""] if sweep else [])
+    md = ["# Value residual comparison\n"] + verdicts + [
           f"`{info['command']}` — {info['hardware']}, {plural(info['jobs'], 'run')} side "
           f"by side, {info['wall_min']:.1f} min{reused}\n", tuned,
           f"Final val loss = the whole validation split, every token once. Seeds {info['seeds']}: "
@@ -116,7 +122,8 @@ def write_tables(root, results, sweep, info, search=None):
         cells = ([] if not paired else ["-", "-", "-", "-", "-"] if not p else
                  [", ".join(f"{d:+.4f}" for d in p["differences"]), f"{p['mean']:+.4f}",
                   fmt_interval(p), f"{p['wins']} of {p['n']}", verdict(p)])
-        md.append(f"| {name} | {r['num_params'] / 1e6:.3f}M | {r['total_tokens'] / 1e6:.2f}M | "
+        shown = f"{name} ({r['note']})" if r.get("note") else name
+        md.append(f"| {shown} | {r['num_params'] / 1e6:.3f}M | {r['total_tokens'] / 1e6:.2f}M | "
                   f"{fmt_mean(r['val_loss_mean'], r['val_loss_std'], len(r['seeds']))} |" +
                   "".join(f" {c} |" for c in cells))
     if "vanilla" in results:
@@ -131,10 +138,20 @@ def write_tables(root, results, sweep, info, search=None):
                                   for c in r["crossing_tokens"])
                 md.append(f"- {name}: {shown}")
     md += gap_table(results) + escape_table(results, info, paired)
-    md += ["\n| variant | KV cache B/token | train tokens/s (per run) |", "|---|---|---|"]
+    md += ["\n## What each variant costs\n",
+           "Total parameters (as the params column above; position embeddings left out), the "
+           "parameters one token uses (a lookup table counts one row), training FLOPs per token "
+           "(6 x the matmul parameters + attention; lookups multiply nothing), the KV cache and "
+           "the measured training speed.\n",
+           "| variant | total params | active params / token | FLOPs / token | KV cache B/token "
+           "| train tokens/s (per run) |", "|---|---|---|---|---|---|"]
     for n, r in results.items():
         speed = f"{r['tokens_per_sec']:,.0f}" if np.isfinite(r["tokens_per_sec"]) else "-"
-        md.append(f"| {n} | {r['kv_cache_bytes_per_token']:,} | {speed} |")
+        active, flops = r.get("active_params"), r.get("flops_per_token")
+        md.append(f"| {n} | {r['num_params']:,} | {'-' if active is None else f'{active:,}'} | "
+                  f"{'-' if flops is None else f'{flops / 1e6:.2f}M'} | "
+                  f"{r['kv_cache_bytes_per_token']:,} | {speed} |")
+    md += curve_table(vanilla_curve(results))
     for key, title in (("attention_entropy",
                         "Attention entropy per layer (nats; higher = less concentrated)"),
                        ("similarity",
@@ -230,6 +247,10 @@ def size_table(sweep):
     """A sweep over model sizes: the paper's "fewer parameters" from a fitted curve per variant
     (analysis.param_saving)."""
     fits = size_sweep(sweep)
+    sizes = {p["vanilla"]["num_params"] for p in sweep.values() if "vanilla" in p}
+    if not fits and len(sizes) >= 3:  # a size sweep, but too few seeds to fit anything
+        return ["\n## Loss against parameters\n", "Not fitted, and no params.png: the line and "
+                "its interval need 2 or more seeds shared by every point (--seeds=2 or more).\n"]
     if not fits:
         return []
     sizes = ", ".join(f"{p['vanilla']['num_params']:,}" for p in sweep.values() if "vanilla" in p)
@@ -248,4 +269,31 @@ def size_table(sweep):
         md.append(f"| {name} | {f['slope_vanilla']:+.4f} | {f['slope_variant']:+.4f} | "
                   f"{f['middle_params']:,.0f} | {saving} | {interval} | "
                   f"{100 * f['falling']:.0f}% of resamples | {len(f['seeds'])} |")
+    return md
+
+
+def curve_table(curve):
+    """The paper's measure: each variant placed on vanilla's loss-against-size line."""
+    if not curve:
+        return []
+    (a, b), sizes = curve["line"], curve["sizes"]
+    md = ["\n## Matches a vanilla model X% larger (the paper's measure)\n",
+          f"Vanilla at {len(sizes)} sizes ({', '.join(f'{n} {p:,}' for n, p in sizes.items())} "
+          f"parameters), seeds {curve['seeds']}: the line loss = {a:.4f} {b:+.4f} ln(params) "
+          f"(slope 95% interval [{curve['slope_interval'][0]:+.4f}, "
+          f"{curve['slope_interval'][1]:+.4f}], the sizes' means off it by {curve['residual']:.4f} "
+          f"rms). Each variant's mean final loss read off it: the vanilla size with that loss, as "
+          f"X% more than the variant's own total parameters (negative: a vanilla model that "
+          f"much smaller does as well). Interval: the seeds resampled, the line refitted.\n",
+          "| variant | its params | matches vanilla of | X% larger | 95% interval | within the "
+          "sizes measured |", "|---|---|---|---|---|---|"]
+    for name, p in curve["placed"].items():
+        if p["larger"] is None:
+            md.append(f"| {name} | {p['num_params']:,} | - | - | - | the line does not fall |")
+            continue
+        interval = ("-" if p["interval"] is None else
+                    f"[{100 * p['interval'][0]:+.1f}%, {100 * p['interval'][1]:+.1f}%]")
+        md.append(f"| {name} | {p['num_params']:,} | {p['matched_params']:,.0f} | "
+                  f"{100 * p['larger']:+.1f}% | {interval} | "
+                  f"{'yes' if p['inside'] else 'no: extrapolated'} |")
     return md

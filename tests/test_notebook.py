@@ -5,6 +5,7 @@ import os
 import pytest
 
 import prepare
+from configurator import defaults
 
 nbformat = pytest.importorskip("nbformat", reason="pip install -r tests/requirements.txt")
 nbclient = pytest.importorskip("nbclient", reason="pip install -r tests/requirements.txt")
@@ -18,8 +19,8 @@ NOTEBOOK = os.path.join(ROOT, "docs", "value_residual.ipynb")
 def test_the_notebook_runs_and_shows_every_result(tmp_path):
     docs = [f"ROMEO:\nBut soft, what light through yonder window breaks, line {i}.\n" * 6
             for i in range(30)]
-    data = prepare.prepare(documents=docs, name="t", out_root=str(tmp_path / "data"),
-                           workers=1, quiet=True)
+    data = prepare.prepare(defaults(prepare.SETTINGS, name="t", out_root=str(tmp_path / "data"),
+                                    quiet=True), documents=docs)
     nb = nbformat.read(NOTEBOOK, as_version=4)
     parameters = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(parameters) == 1
@@ -38,7 +39,10 @@ def test_the_notebook_runs_and_shows_every_result(tmp_path):
     text = "".join(o.get("text", "") for o in outputs)
     images = sum("image/png" in o.get("data", {}) for o in outputs)
     assert images == 3  # the cache bars, the curves, the attention maps
-    assert "value = lambda_1 * first_value + lambda_2 * v" in text  # the three lines
+    assert "value = lambda_1 * first_value + lambda_2 * v" in text  # the switch of the modes
+    assert "value = (1 - lam) * v + lam * table" in text
+    assert "ours (2 x 16, 32 tokens)" in text  # the cache's label says the settings it ran at
+    assert text.count("    iter ") >= 2  # train.py's progress, streamed as it trains
     assert "SVFormer / vanilla = 0.542" in text  # (L + 1) / (2L) at GPT-2 small's L = 12
     assert text.count("val loss over the whole validation split") == 2
     assert "left the plateau" in text and "real words:" in text

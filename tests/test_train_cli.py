@@ -1,15 +1,23 @@
-"""Tests for train.py's command line: resume rules, occupied out_dir, settings errors,
-the schedule."""
+"""Tests for train.py's command line: resume rules, an occupied out_dir, every setting's check
+(one line naming it), the schedule, the whole-split loss, the settings line, errors about the
+data (and that they leave nothing behind)."""
+import ast
+import errno
 import json
+import math
 import os
 import subprocess
 import sys
+from contextlib import nullcontext
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
+import torch
 
-import prepare
 import configurator
-import shards
+import data
+import prepare
 import train
 from configurator import ConfigError
 
@@ -19,13 +27,18 @@ TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_
         "--device=cpu"]
 
 
+def prepared(root, documents, name="d", **kw):
+    """A byte dataset of these documents under root (prepare.py's function, quiet)."""
+    return prepare.prepare(configurator.defaults(prepare.SETTINGS, name=name, out_root=str(root),
+                                                 quiet=True, **kw), documents=documents)
+
+
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     text = "".join(f"KING {i % 7}:\nWhat say you, my lord, of the {i % 13} ships?\n\n"
                    for i in range(300))
-    docs = [text[i:i + 2000] for i in range(0, len(text), 2000)]
-    return prepare.prepare(documents=docs, name="cli_byte",
-                           out_root=str(tmp_path_factory.mktemp("data")), quiet=True)
+    return prepared(tmp_path_factory.mktemp("data"),
+                    [text[i:i + 2000] for i in range(0, len(text), 2000)], name="cli_byte")
 
 
 def records(out_dir, kind):
@@ -33,34 +46,52 @@ def records(out_dir, kind):
         return [r for r in map(json.loads, f) if r["kind"] == kind]
 
 
+def run(*args, **kw):
+    return subprocess.run([sys.executable, "train.py", *args], cwd=HERE, capture_output=True,
+                          text=True, timeout=120, **kw)
+
+
+def one_line_error(monkeypatch, capsys, *args):
+    """`python train.py ARGS` in this process: what run_main exits with (nothing on stdout)."""
+    monkeypatch.setattr(sys, "argv", ["train.py", *args])
+    with pytest.raises(SystemExit) as stopped:
+        configurator.run_main(train.main)
+    assert capsys.readouterr().out == ""
+    message = stopped.value.code
+    assert isinstance(message, str) and "\n" not in message, message
+    return message
+
+
+# ---- resume ----
+
 def test_resume_keeps_the_runs_settings_and_announces_changes(data_dir, tmp_path, capsys):
     out = str(tmp_path / "run")
-    base = TINY + [f"--dataset={data_dir}", f"--out_dir={out}"]
-    assert train.main(base + ["--learning_rate=5e-3", "--max_iters=20"]) == 0
+    train.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--learning_rate=5e-3",
+                       "--max_iters=20"])
     capsys.readouterr()
-    # only --max_iters is given: learning_rate (5e-3, not the default) and the rest
+    # only --max_iters is given: learning_rate (5e-3, not the default), the dataset and the rest
     # come from the checkpoint
-    assert train.main([f"--out_dir={out}", "--resume", "--max_iters=30"]) == 0
+    train.main([f"--out_dir={out}", "--resume", "--max_iters=30"])
     printed = capsys.readouterr().out
-    assert ("resume: max_iters: 20 -> 30" in printed
-            and "learning_rate" not in printed.split("settings:")[0])
+    assert printed.split("settings:")[0].splitlines() == [
+        "resume: max_iters: 20 -> 30", f"resuming {out}/ckpt.pt at step 20"]
     first, second = records(out, "config")
-    assert (first["settings"]["learning_rate"] == 5e-3
-            and second["settings"]["learning_rate"] == 5e-3)
-    assert second["changes"] == {"max_iters": [20, 30]} and second["iter"] == 20
+    assert first["settings"]["learning_rate"] == second["settings"]["learning_rate"] == 5e-3
+    assert second["iter"] == 20 and second["settings"]["max_iters"] == 30
     assert second["settings"]["dataset"] == data_dir and second["settings"]["n_layer"] == 2
     steps = [r["iter"] for r in records(out, "train")]
     assert steps == [5, 10, 15, 20, 25, 30]  # went on from 20, not from 0
     lrs = {r["iter"]: r["lr"] for r in records(out, "train")}
-    # the new schedule
-    assert lrs[30] == pytest.approx(train.get_lr(29, {**train.DEFAULTS, **second["settings"]}))
+    # the new schedule (its cosine now ends at 30)
+    assert lrs[30] == pytest.approx(train.get_lr(29, SimpleNamespace(**second["settings"])))
+    assert lrs[30] > second["settings"]["min_lr"]  # the old schedule ended at step 20
 
 
 def test_resume_with_another_model_shape_says_so(data_dir, tmp_path):
     out = str(tmp_path / "run")
     train.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=2"])
     with pytest.raises(ConfigError, match=r"the model differs \(n_layer: checkpoint 2 vs now 3\); "
-                                          r"a run keeps its model shape"):
+                                          r"a run keeps its shape"):
         train.main([f"--out_dir={out}", "--resume", "--n_layer=3"])
 
 
@@ -70,29 +101,105 @@ def test_an_occupied_out_dir_is_refused_unless_overwrite(data_dir, tmp_path):
     train.main(args)
     before = os.path.getmtime(os.path.join(out, "ckpt.pt"))
     with pytest.raises(ConfigError, match=r"already holds a checkpoint: continue it with "
-                                          r"--resume, or train into "
-                                          r"another --out_dir"):
+                                          r"--resume, or train into another --out_dir"):
         train.main(args)
     assert os.path.getmtime(os.path.join(out, "ckpt.pt")) == before  # untouched
-    assert train.main(args + ["--overwrite"]) == 0
+    train.main(args + ["--overwrite"])
     assert len(records(out, "config")) == 1  # a fresh log for the fresh run
 
 
+def test_resume_on_data_that_changed_is_refused(tmp_path, capsys):
+    """Other text prepared under the run's dataset name: --resume refuses it in one line with
+    both sizes; the original text prepared again (the same shards) resumes."""
+    def text(words, n):
+        return [f"{words}{i}\n" * 40 for i in range(n)]
+    root = tmp_path / "data"
+    dataset = prepared(root, text("Speak, speak, my lord. ", 50))
+    out = str(tmp_path / "run")
+    train.main(TINY + [f"--dataset={dataset}", f"--out_dir={out}", "--max_iters=10"])
+    before = data.load_checkpoint(os.path.join(out, "ckpt.pt"))["data"]
+    prepared(root, text("Other words. ", 10))  # the same name, other text
+    now = data.load_meta(dataset)
+    with pytest.raises(data.DataError) as error:
+        train.main([f"--out_dir={out}", "--resume", "--max_iters=20"])
+    assert str(error.value) == (
+        f"cannot resume {out}/ckpt.pt: it trained on {dataset} ({before['train_tokens']:,} train "
+        f"+ {before['val_tokens']:,} val tokens), which now holds other data "
+        f"({now['train_tokens']:,} train + {now['val_tokens']:,} val tokens, byte tokens): "
+        f"prepare the original data again, or start a new run")
+    assert data.load_checkpoint(os.path.join(out, "ckpt.pt"))["iter_num"] == 10  # untouched
+    prepared(root, text("Speak, speak, my lord. ", 50))  # the original, prepared again
+    train.main([f"--out_dir={out}", "--resume", "--max_iters=20"])
+    assert data.load_checkpoint(os.path.join(out, "ckpt.pt"))["iter_num"] == 20
+
+
+# ---- the schedule ----
+
 def test_schedule_follows_max_iters_and_warmup_is_clipped():
-    cfg = dict(train.DEFAULTS, learning_rate=1.0, min_lr=0.1, warmup_iters=100, lr_decay_iters=0,
-               max_iters=20)
+    cfg = configurator.defaults(train.SETTINGS, learning_rate=1.0, min_lr=0.1, warmup_iters=100,
+                                lr_decay_iters=0, max_iters=20)
     lrs = [train.get_lr(it, cfg) for it in range(21)]
     # decays to min_lr at max_iters, not at 500
     assert lrs[19] < 0.2 and lrs[20] == pytest.approx(0.1)
     # warmup clipped: peak, then decay
     assert train.warmup_steps(cfg) == 2 and lrs[2] == pytest.approx(1.0)
     # explicit setting wins
-    assert train.get_lr(10, dict(cfg, lr_decay_iters=40)) > train.get_lr(10, cfg)
+    longer = SimpleNamespace(**{**vars(cfg), "lr_decay_iters": 40})
+    assert train.decay_end(longer) == 40 and train.get_lr(10, longer) > train.get_lr(10, cfg)
 
 
-def run(*args):
-    return subprocess.run([sys.executable, "train.py", *args], cwd=HERE, capture_output=True,
-                          text=True, timeout=120)
+# ---- every setting's check ----
+
+# Numeric settings that take any value, so have no check: a seed (any integer), and resformer's
+# mixing weights (the paper sweeps lambda from -1 to 2; negatives are a valid experiment).
+ANY_VALUE = {"lambda_1", "lambda_2"}  # any number mixes (the paper swept lambda_1 up to 2)
+
+
+def numeric(default):
+    return isinstance(default, (int, float)) and not isinstance(default, bool)
+
+
+def impossible(default, text):
+    """Values the check's own words refuse ("at least 1" -> 0, "above 0.0" -> 0.0, ...)."""
+    kind = next((k for k in ("one of ", "at least ", "above ", "between ") if text.startswith(k)),
+                None)
+    assert kind, f"a kind of check this test does not know: {text!r}"
+    if kind == "one of ":
+        return [f"no_such_{default}"]
+    bounds = [ast.literal_eval(b) for b in text[len(kind):].split(" and ")]
+    step = 1 if isinstance(default, int) else 0.5
+    return {"at least ": [bounds[0] - step], "above ": [bounds[0], bounds[0] - step],
+            "between ": [bounds[0] - step, bounds[-1] + step]}[kind]
+
+
+CHECKED = [key for key, spec in train.SETTINGS.items() if len(spec) > 2]
+
+
+def test_every_numeric_setting_has_a_check():
+    unchecked = [key for key, spec in train.SETTINGS.items()
+                 if numeric(spec[0]) and len(spec) < 3 and key not in ANY_VALUE]
+    assert unchecked == [], f"numeric settings without a check: {unchecked}"
+    assert all(numeric(train.SETTINGS[key][0]) and len(train.SETTINGS[key]) == 2
+               for key in ANY_VALUE)  # the exemptions are still what they say
+    assert len(CHECKED) >= 20
+
+
+@pytest.mark.parametrize("key", CHECKED)
+def test_an_impossible_value_of_each_checked_setting_is_one_line_naming_it(key):
+    default, _, (allowed, text) = train.SETTINGS[key]
+    assert allowed(default)  # the default passes its own check
+    for value in impossible(default, text):
+        assert not allowed(value)  # the words and the test agree
+        with pytest.raises(ConfigError) as error:
+            configurator.load_config(train.SETTINGS, [f"--{key}={value}"], "train.py")
+        assert str(error.value) == f"--{key}={value}: must be {text}"
+
+
+def test_an_impossible_value_on_the_command_line_is_one_line(tmp_path):
+    result = run("--dropout=1.5", f"--out_dir={tmp_path / 'out'}")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == "error: --dropout=1.5: must be between 0.0 and 0.99\n"
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("arg,message", [
@@ -101,182 +208,173 @@ def run(*args):
     ("--device=mps", "error: --device=mps: Apple's MPS backend is not available here"),
     ("--dtype=float16", "error: --dtype=float16 needs a GPU"),
     ("--dtype=fp8", "error: --dtype=fp8: use auto, float32, bfloat16 or float16"),
-    ("--batch_size=0", "error: --batch_size=0: must be at least 1"),
-    ("--eval_iters=-1", "error: --eval_iters=-1: must be at least 1"),
-    ("--block_size=0", "error: --block_size=0: must be at least 1"),
-    ("--log_interval=0", "error: --log_interval=0: must be at least 1"),
-    ("--gradient_accumulation_steps=-1",
-     "error: --gradient_accumulation_steps=-1: must be 0 or more"),
-    ("--n_layer=True", "error: --n_layer=True: n_layer must be int"),
+    ("--n_layer=True", "error: --n_layer=True: n_layer must be int (like 4), got True"),
     ("--max_iters", "error: --max_iters needs a value: write --max_iters=VALUE"),
-    ("--lambda_lr_scale=-1", "error: --lambda_lr_scale=-1.0: must be 0 or more"),
+    ("--max_iter=10", "error: unknown setting max_iter for train.py (did you mean max_iters?)"),
+    ("--min_lr=0.1", "error: --min_lr=0.1: must be at most learning_rate (0.003)"),
+    ("--n_embd=30", "error: n_embd (30) must be divisible by n_head (4)"),
+    ("--learnable_lambda", "error: learnable_lambda only applies to value_mode='resformer'"),
 ])
-def test_setting_mistakes_are_one_line_errors(arg, message, tmp_path):
-    if arg == "--device=cuda" and __import__("torch").cuda.is_available():
+def test_setting_mistakes_are_one_line_errors(arg, message, data_dir, tmp_path, monkeypatch,
+                                              capsys):
+    """Mistakes the per-setting checks cannot see (the device, a type, settings that only make
+    sense together) and close misses: one line, and nothing made in out_dir."""
+    if arg == "--device=cuda" and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    if arg == "--device=mps" and __import__("torch").backends.mps.is_available():
+    if arg == "--device=mps" and torch.backends.mps.is_available():
         pytest.skip("this machine has MPS")
-    result = run(arg, f"--out_dir={tmp_path}")
-    assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
+    if arg == "--dtype=float16" and torch.cuda.is_available():
+        arg += " --device=cpu"
+    extra = ["--value_mode=vanilla"] if arg == "--learnable_lambda" else []
+    got = one_line_error(monkeypatch, capsys, *arg.split(), *extra, f"--dataset={data_dir}",
+                         f"--out_dir={tmp_path / 'out'}")
+    assert got.startswith(message), got
+    assert not (tmp_path / "out").exists()
 
 
-def test_an_out_dir_that_is_a_file_and_a_reader_that_leaves_early_are_no_tracebacks(tmp_path):
+def test_out_dirs_that_cannot_be_folders_and_a_reader_that_leaves_early(data_dir, tmp_path):
+    """A file as out_dir, or a folder inside a file (README.md/sub): one line each; and
+    `train.py --help | head -1` ends quietly."""
     (tmp_path / "notes.txt").write_text("not a folder")
-    result = run(f"--out_dir={tmp_path / 'notes.txt'}")
-    assert result.returncode == 1 and result.stderr == (
-        f"error: --out_dir={tmp_path / 'notes.txt'} is a file: name a folder\n")
+    with pytest.raises(ConfigError, match=r"notes.txt is a file: name a folder$"):
+        train.main(TINY + [f"--dataset={data_dir}", f"--out_dir={tmp_path / 'notes.txt'}"])
+    result = run(f"--dataset={data_dir}", "--out_dir=README.md/sub")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == (f"error: --out_dir=README.md/sub: cannot make that folder "
+                             f"({os.strerror(errno.ENOTDIR)})\n")
     shell = subprocess.run(f"{sys.executable} train.py --help | head -1", shell=True, cwd=HERE,
                            capture_output=True, text=True, timeout=120)
     assert shell.stdout.startswith("usage: python train.py") and shell.stderr == "", shell.stderr
 
 
-def test_whole_split_loss_visits_every_token_exactly_once():
-    """Each position 1..N-1 of every shard is predicted once, from windows that do not
-    cross shards."""
-    import numpy as np
-    import torch
-    from contextlib import nullcontext
+# ---- the whole-split loss ----
 
-    class Recorder(torch.nn.Module):  # uniform logits; remembers every input window
-        def __init__(self):
-            super().__init__()
-            self.seen = []
+class Recorder(torch.nn.Module):
+    """A stand-in model: uniform logits over 1,000 ids; remembers every input row."""
 
-        def forward(self, idx, all_logits=False):
-            self.seen += idx.flatten().tolist()
-            return torch.zeros(*idx.shape, 1000), None
+    def __init__(self):
+        super().__init__()
+        self.lm_head, self.rows = torch.nn.Linear(1, 1), []  # (full_split_loss reads its device)
 
-    # 103 and 37 tokens
+    def forward(self, idx, all_logits=False):
+        assert all_logits
+        self.rows += idx.tolist()
+        return torch.zeros(*idx.shape, 1000), None
+
+
+def test_whole_split_loss_visits_every_token_exactly_once(monkeypatch):
+    """Each position 1..N-1 of every shard is predicted once, from windows of at most block_size
+    tokens that do not cross shards; two processes share the windows without overlap."""
     shards = [np.arange(0, 103, dtype=np.uint16), np.arange(500, 537, dtype=np.uint16)]
+    cfg = SimpleNamespace(block_size=8, batch_size=3)
     model = Recorder()
-    loss, count = train.full_split_loss(model, shards, block_size=8, batch_size=3, device="cpu",
-                                        autocast=nullcontext())
-    assert count == 102 + 36 and loss == pytest.approx(np.log(1000))
-    # inputs: every token but the last
-    assert sorted(model.seen) == list(range(0, 102)) + list(range(500, 536))
-    # shared over 2 "ranks": each takes its windows; together they cover the split once
-    seen = []
-    for rank in range(2):
-        part = Recorder()
-        with pytest.MonkeyPatch.context() as mp:  # world > 1 all-reduces: here each rank's own sums
-            mp.setattr(train.dist, "all_reduce", lambda tensor: None)
-            train.full_split_loss(part, shards, 8, 3, "cpu", nullcontext(), rank=rank, world=2)
-        seen += part.seen
-    assert sorted(seen) == sorted(model.seen)
+    loss, count = train.full_split_loss(model, shards, cfg, nullcontext())
+    assert count == 102 + 36 and loss == pytest.approx(math.log(1000))
+    for row in model.rows:  # consecutive tokens of one shard
+        assert len(row) <= 8 and row == list(range(row[0], row[0] + len(row)))
+    inputs = sorted(t for row in model.rows for t in row)
+    assert inputs == list(range(0, 102)) + list(range(500, 536))  # every token but each last
+    # shared over 2 processes: each takes its windows; together they cover the split once
+    monkeypatch.setattr(train.dist, "all_reduce", lambda tensor: None)  # each its own sums
+    parts = [Recorder() for _ in range(2)]
+    counts = [train.full_split_loss(p, shards, cfg, nullcontext(), rank=r, world=2)[1]
+              for r, p in enumerate(parts)]
+    assert sum(counts) == count and min(counts) > 0
+    assert sorted(t for p in parts for row in p.rows for t in row) == inputs
 
 
-# ---- issue 22: nothing changes behind the user's back ----
-
-def tiny_data(root, text="Speak, speak, my lord. ", n=2000, **kw):
-    """A small byte dataset under root: documents of `text`."""
-    docs = [f"{text}{i}\n" * 40 for i in range(n // 40)]
-    return prepare.prepare(documents=docs, name="d", out_root=str(root), quiet=True, workers=1,
-                           **kw)
-
-
-def test_resume_on_data_that_changed_is_refused_unless_asked_for(tmp_path, capsys):
-    data = tiny_data(tmp_path / "data")
-    out = str(tmp_path / "run")
-    assert train.main(TINY + [f"--dataset={data}", f"--out_dir={out}", "--max_iters=10"]) == 0
-    before = shards.load_checkpoint(os.path.join(out, "ckpt.pt"))["data"]
-    tiny_data(tmp_path / "data", text="Other words. ", n=400)  # the same name, other text
-    with pytest.raises(ConfigError) as error:
-        train.main([f"--out_dir={out}", "--resume", "--max_iters=20"])
-    message = str(error.value)
-    assert message.startswith(f"cannot resume {out}/ckpt.pt: it trained on {data} (generation 1: "
-                              f"{before['train_tokens']:,} train + {before['val_tokens']:,} val "
-                              f"tokens), but {data} now holds other data (generation 2: ")
-    assert message.endswith("prepare the original data again, or go on with this data with "
-                            "--new_data") and "\n" not in message
-    assert shards.load_checkpoint(os.path.join(out, "ckpt.pt"))["iter_num"] == 10  # untouched
-    capsys.readouterr()
-    # said explicitly: it goes on, and says what changed
-    assert train.main([f"--out_dir={out}", "--resume", "--max_iters=20", "--new_data"]) == 0
-    printed = capsys.readouterr().out
-    assert f"resume: the data changed: {data} (generation 1: " in printed
-    assert f" -> {data} (generation 2: " in printed
-    ckpt = shards.load_checkpoint(os.path.join(out, "ckpt.pt"))
-    assert ckpt["iter_num"] == 20 and ckpt["data"]["generation"] == 2
-    assert "new_data" not in ckpt["config"]  # an action, not a setting the next resume restores
-    # the same data re-prepared (same shards, new generation) is the same data
-    tiny_data(tmp_path / "data", text="Other words. ", n=400)
-    assert train.main([f"--out_dir={out}", "--resume", "--max_iters=22"]) == 0
-
-
-def test_resume_announces_every_setting_that_changes_in_effect(data_dir, tmp_path, capsys):
-    """Issue 22: --resume --max_iters=100 after 50 steps printed only max_iters, yet the cosine
-    (whose end follows max_iters) restarted higher and the clipped warmup doubled."""
-    out = str(tmp_path / "run")
-    base = [a for a in TINY if not a.startswith("--warmup_iters")]
-    assert train.main(base + [f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=20",
-                              "--warmup_iters=100", "--learning_rate=1e-3", "--min_lr=1e-4"]) == 0
-    capsys.readouterr()
-    assert train.main([f"--out_dir={out}", "--resume", "--max_iters=40"]) == 0
-    printed = capsys.readouterr().out.split("settings:")[0].splitlines()
-    old = dict(train.DEFAULTS, max_iters=20, warmup_iters=100, learning_rate=1e-3, min_lr=1e-4)
-    new = dict(old, max_iters=40)
-    assert printed[:4] == [
-        "resume: max_iters: 20 -> 40",
-        "resume: warmup_iters in effect: 2 -> 4",
-        "resume: lr_decay_iters in effect: 20 -> 40",
-        f"resume: learning rate at step 20: {train.get_lr(20, old):.2e} -> "
-        f"{train.get_lr(20, new):.2e} (the schedule changed)"]
-    second = records(out, "config")[1]
-    assert second["changes_in_effect"] == printed[1:4]
-
+# ---- what a run prints ----
 
 def test_settings_show_the_values_in_effect_and_leave_out_actions(data_dir, tmp_path, capsys):
-    """Issue 22: the settings line said warmup_iters=100 after 'warming up for 10 steps',
-    device=auto, n_kv_head=0, and on resume overwrite=True restored from the checkpoint."""
+    """Issue 22: the settings line said warmup_iters=100 where 2 are done, device=auto,
+    n_kv_head=0, and on resume overwrite=True restored from the checkpoint."""
     out = str(tmp_path / "run")
     args = [a for a in TINY if not a.startswith(("--warmup_iters", "--device"))]
     args += [f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=20", "--warmup_iters=100"]
     train.main(args + ["--max_iters=2"])
     capsys.readouterr()
-    assert train.main(args + ["--overwrite"]) == 0
-    printed = capsys.readouterr().out
-    assert "warming up for 2 steps" in printed
-    line = next(l for l in printed.splitlines() if l.startswith("settings: "))
+    train.main(args + ["--overwrite"])
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("settings: "))
     shown = dict(kv.split("=", 1) for kv in line[len("settings: "):].split())
-    device = configurator.setup_device("auto")[0]
+    device, dtype, _ = configurator.setup_device("auto")
     assert (shown["warmup_iters"], shown["lr_decay_iters"], shown["n_kv_head"]) == ("2", "20", "2")
-    assert shown["device"] == device != "auto" and shown["dtype"] != "auto"
-    assert "overwrite" not in shown and "resume" not in shown
+    assert (shown["device"], shown["dtype"]) == (device, dtype) and "auto" not in (device, dtype)
+    assert set(shown) == set(train.SETTINGS) - set(train.ACTIONS)  # every setting, no action
     logged = records(out, "config")[0]["settings"]
     assert {k: str(v) for k, v in logged.items()} == shown  # log.jsonl's first record: the same
-    assert "overwrite" not in shards.load_checkpoint(os.path.join(out, "ckpt.pt"))["config"]
-    assert train.main([f"--out_dir={out}", "--resume", "--max_iters=22"]) == 0
+    saved = data.load_checkpoint(os.path.join(out, "ckpt.pt"))["config"]
+    assert "overwrite" not in saved and saved["device"] == "auto"  # what was asked, not found
+    train.main([f"--out_dir={out}", "--resume", "--max_iters=22"])
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("settings: "))
     assert "overwrite=" not in line and "resume=" not in line and "max_iters=22" in line
 
 
-def test_a_short_split_is_named_with_its_real_numbers(tmp_path):
-    """Issue 22: 'every shard is shorter than the 1,026 tokens one batch needs (batch_size 12 x
-    block_size 1024 x 1 ranks)' when only the validation split was short."""
-    data = tiny_data(tmp_path / "data", val_tokens=40)
-    r = run("--dataset=" + data, f"--out_dir={tmp_path / 'out'}", "--block_size=64",
-            "--n_layer=1", "--n_head=2", "--n_embd=16", "--device=cpu")
-    assert r.returncode == 1 and r.stdout == ""
-    assert r.stderr == (f"error: the val split of {data} has 40 tokens, fewer than the 66 one "
-                        f"window needs (block_size 64 + 2): use --block_size=38 or less, or "
-                        f"prepare more text\n")
-
-
-def test_words_and_suggestions(data_dir, tmp_path):
-    """Issue 22: --max_iter suggests max_iters; --resume=true and --compile=false are accepted;
-    '1 step', not '1 steps'; --resume on a finished run says it is already there."""
-    r = run("--max_iter=10", f"--out_dir={tmp_path}")
-    assert r.returncode == 1 and r.stderr == ("error: unknown setting --max_iter "
-                                              "(did you mean --max_iters?)\n")
+def test_words_and_a_finished_run(data_dir, tmp_path, capsys):
+    """--resume=true and --compile=false are accepted; '1 step', '1 micro-step x 1 process', not
+    '1 steps'; --resume on a finished run says it is there already and trains nothing."""
     out = str(tmp_path / "run")
-    r = run(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=1",
-            "--compile=false")
-    assert r.returncode == 0, r.stderr
-    assert ", 1 step, data " in r.stdout and "x 1 micro-step x 1 rank)" in r.stdout
+    train.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=1",
+                       "--compile=false"])
+    printed = capsys.readouterr().out
+    assert ", 1 step, data " in printed and "x 1 micro-step x 1 process)" in printed
     evals = len(records(out, "eval"))
-    r = run(f"--out_dir={out}", "--resume=true")
-    assert r.returncode == 0, r.stderr
-    assert (f"{out}/ckpt.pt is already at step 1 of max_iters 1: nothing to train; to go "
-            f"further, --resume with a larger --max_iters") in r.stdout
-    assert "saved" not in r.stdout and len(records(out, "eval")) == evals  # nothing trained
+    train.main([f"--out_dir={out}", "--resume=true"])
+    printed = capsys.readouterr().out
+    assert (f"resuming {out}/ckpt.pt at step 1: at max_iters already, nothing to train (to go "
+            f"further: --resume with a larger --max_iters)") in printed
+    assert f"kept {out}/ckpt.pt (step 1)" in printed and "saved" not in printed
+    assert len(records(out, "eval")) == evals  # nothing trained
+
+
+# ---- errors about the data ----
+
+def test_a_short_split_is_named_with_its_real_numbers(tmp_path):
+    """Issue 22: a message blamed every shard when only the validation split was short. One
+    document: its last tenth is the val split (40 tokens); the block_size it suggests trains."""
+    dataset = prepared(tmp_path / "data", ["x" * 399], name="short")
+    val = data.load_meta(dataset)["val_tokens"]
+    cfg = configurator.defaults(train.SETTINGS, dataset=dataset, out_dir=str(tmp_path / "out"),
+                                block_size=64, n_layer=1, n_head=2, n_embd=16, device="cpu",
+                                max_iters=1, eval_iters=1)
+    with pytest.raises(data.DataError) as error:
+        train.train(cfg)
+    assert val == 40 and str(error.value) == (
+        f"the val split's longest shard has {val} tokens, fewer than one window needs "
+        f"(block_size 64 + 2): use --block_size={val - 2} or less, or prepare more text")
+    cfg.block_size = val - 2
+    assert train.train(cfg)["iter"] == 1
+
+
+def test_a_dataset_typo_is_reported_before_the_checkpoint_in_out(data_dir, tmp_path, monkeypatch):
+    """With out/ holding a checkpoint, --dataset=<typo> names the missing dataset and what is
+    prepared (not 'out already holds a checkpoint'), with --resume too."""
+    monkeypatch.chdir(tmp_path)
+    prepared("data", ["Speak, speak. " * 50] * 20, name="plays_byte")
+    train.main(TINY + ["--dataset=plays_byte", "--max_iters=1"])  # into out/
+    assert os.path.exists("out/ckpt.pt")
+    for extra in ([], ["--resume"]):
+        with pytest.raises(data.DataError) as error:
+            train.main(TINY + ["--dataset=plays_bytes", *extra])
+        message = str(error.value)  # data.py's one line (its wording is tested with data.py)
+        assert message == str(data.no_data("data/plays_bytes", "no dataset data/plays_bytes"))
+        assert message.startswith("no dataset data/plays_bytes: run python prepare.py")
+        assert "prepared in data/: plays_byte;" in message and "checkpoint" not in message
+
+
+def test_a_failed_command_leaves_no_file_in_a_fresh_out_dir(data_dir, tmp_path):
+    """Missing data, a split too short, a truncated shard: the run fails, and a fresh out_dir
+    holds no file afterwards (no log, no lock file, no checkpoint)."""
+    short = prepared(tmp_path / "data", ["x" * 399], name="short")
+    broken = prepared(tmp_path / "data", ["Speak, speak. " * 50] * 20, name="broken")
+    shard = os.path.join(broken, "broken_train_000000.bin")
+    with open(shard, "r+b") as f:
+        f.truncate(os.path.getsize(shard) - 10)
+    for i, (dataset, error) in enumerate([(tmp_path / "missing", "no dataset"),
+                                          (short, "the val split's longest shard has 40 tokens"),
+                                          (broken, "(truncated?)")]):
+        out = tmp_path / f"out{i}"
+        cfg = configurator.defaults(train.SETTINGS, dataset=str(dataset), out_dir=str(out),
+                                    n_layer=1, n_head=2, n_embd=16, device="cpu")
+        with pytest.raises(data.DataError, match=error.replace("(", r"\(").replace("?)", r"\?\)")):
+            train.train(cfg)
+        assert not out.exists() or os.listdir(out) == [], os.listdir(out)
