@@ -1,5 +1,5 @@
 """
-Speed and memory of the three value modes, side by side in one run: training step, decoding with
+Speed and memory of model.py's value modes, side by side in one run: training step, decoding with
 and without the KV cache, and the cache's bytes. Prints tables and writes everything to JSON.
 
     # the quickstart model, this machine's best device
@@ -69,10 +69,14 @@ def resolve(cfg):
     if cfg["seq_len"] > cfg["block_size"]:
         raise ConfigError(f"seq_len {cfg['seq_len']} exceeds block_size {cfg['block_size']}")
     cfg["parts"] = parse_list(cfg["parts"])
+    if not cfg["parts"]:
+        raise ConfigError("--parts is empty: name train, decode or cache")
     for part in cfg["parts"]:
         if part not in ("train", "decode", "cache"):
             raise ConfigError(f"parts are train, decode, cache; got {part!r}")
     cfg["modes"] = parse_list(cfg["modes"])
+    if not cfg["modes"]:
+        raise ConfigError(f"--modes is empty: name some of {', '.join(VALUE_MODES)}")
     for mode in cfg["modes"]:
         if mode not in VALUE_MODES:
             raise ConfigError(f"modes must be among {', '.join(VALUE_MODES)}, got {mode!r}")
@@ -100,10 +104,20 @@ def resolve(cfg):
                          "or compilation is timed as a training step")
     if min(cfg["decode_batch_sizes"], default=0) < 1:
         raise ConfigError(f"--decode_batch_sizes={cfg['decode_batch_sizes']}: sizes of at least 1")
+    for mode in cfg["modes"]:  # the model's own checks (n_embd by n_head, ...), as train.py's
+        try:
+            model_config(cfg, mode)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     return cfg
 
 
+# train.py's settings of resformer's mix shape the resformer only (GPTConfig refuses them elsewhere)
+RESFORMER_ONLY = ("lambda_1", "lambda_2", "learnable_lambda")
+
+
 def model_config(cfg, mode, n_kv_head=None):
+    cfg = {k: v for k, v in cfg.items() if mode == "resformer" or k not in RESFORMER_ONLY}
     return GPTConfig.from_dict({**cfg, "value_mode": mode, "dropout": 0.0,
                                 "n_kv_head": cfg["n_kv_head"] if n_kv_head is None else n_kv_head})
 
@@ -328,9 +342,9 @@ def ratios_and_targets(result):
     tr, de, ca = result["train"], result["decode"], result["cache"]
     ratios, targets = {}, []
     modes = tr["modes"] if tr else {}
-    if "vanilla" in modes:
-        for mode in ("resformer", "svformer"):
-            if mode in modes:
+    if "vanilla" in modes:  # every mode's step against vanilla's
+        for mode in modes:
+            if mode != "vanilla":
                 ratios[f"train_{mode}_vs_vanilla"] = (modes[mode]["ms_per_step"]
                                                       / modes["vanilla"]["ms_per_step"])
     if de:
@@ -406,7 +420,8 @@ def plan(cfg, device):
 def sizes(cfg):
     """Per mode: total parameters, those one token uses (a lookup table: one row), training FLOPs
     per token at seq_len (lookups multiply nothing)."""
-    models = {mode: GPT(model_config(cfg, mode)) for mode in cfg["modes"]}
+    with torch.device("meta"):  # shapes only: no memory, no initialising (GPT-2's tables: 2 GB)
+        models = {mode: GPT(model_config(cfg, mode)) for mode in cfg["modes"]}
     return {mode: {"total_params": m.num_params(), "active_params": m.active_params(),
                    "flops_per_token": m.flops_per_token(cfg["seq_len"])}
             for mode, m in models.items()}
@@ -442,13 +457,13 @@ def print_decode_header(cfg):
           f"e2e = speedup including the prompt's prefill{skipped}; same = equal tokens in this "
           f"dtype; fp32 err = largest cached vs full-forward logit difference in float32 "
           f"(<= {LOGIT_TOLERANCE})")
-    print(f"{'mode':<10} {'batch':>5} {'context':>7} {'cached':>9} {'uncached':>9} {'speedup':>8} "
+    print(f"{'mode':<12} {'batch':>5} {'context':>7} {'cached':>9} {'uncached':>9} {'speedup':>8} "
           f"{'e2e':>6} {'same':>5} {'fp32 err':>8}")
 
 
 def print_decode_row(r):
     sp = f"{r['speedup']:.1f}x" if r["speedup"] else "-"
-    print(f"{r['mode']:<10} {r['batch']:>5} {r['context']:>7} {r['cached_tok_s'] or 0:>9,.0f} "
+    print(f"{r['mode']:<12} {r['batch']:>5} {r['context']:>7} {r['cached_tok_s'] or 0:>9,.0f} "
           f"{r['uncached_tok_s'] or 0:>9,.0f} {sp:>8} {r['e2e_speedup']:>5.1f}x "
           f"{str(r['tokens_match']):>5} {r['fp32_logit_error']:>8.1e}", flush=True)
 
@@ -456,11 +471,11 @@ def print_decode_row(r):
 def print_cache(ca):
     print(f"\nKV cache: batch 1, {ca['max_len']} tokens, {ca['dtype']}, live tensor bytes "
           f"(svformer expected {ca['expected_svformer_ratio']:.4f} of vanilla)")
-    print(f"{'mode':<10} {'kv_heads':>8} {'tensors':>7} {'bytes/token':>11} {'at full ctx':>13} "
+    print(f"{'mode':<12} {'kv_heads':>8} {'tensors':>7} {'bytes/token':>11} {'at full ctx':>13} "
           f"{'vs vanilla':>10} {'vs MHA':>7} {'exact':>5}")
     for r in ca["rows"]:
         exact = "-" if r["exact_svformer_ratio"] is None else str(r["exact_svformer_ratio"])
-        print(f"{r['mode']:<10} {r['n_kv_head']:>8} {r['tensors']:>7} {r['bytes_per_token']:>11,} "
+        print(f"{r['mode']:<12} {r['n_kv_head']:>8} {r['tensors']:>7} {r['bytes_per_token']:>11,} "
               f"{r['bytes_full']:>13,} {r['vs_vanilla']:>10.4f} {r['vs_vanilla_mha']:>7.4f} "
               f"{exact:>5}")
 

@@ -122,21 +122,21 @@ def parse_modes(text):
     return modes
 
 
-def parse_seeds(text, first_seed):
+def parse_seeds(text, first_seed, key="seeds"):
     """'3' -> three seeds from first_seed; '1,2,3' (or '(1, 2, 3)', as a preset file's tuple
-    arrives) -> those."""
+    arrives) -> those. key: the setting they came from, for the errors."""
     parts = [p for p in re.split(r"[,\s()\[\]]+", str(text)) if p]
-    if not parts or not all(p.lstrip("-").isdigit() for p in parts):
-        raise ConfigError(f"--seeds={text}: give a count (3) or a list (1,2,3)")
+    if not parts or not all(p.isdigit() for p in parts):
+        raise ConfigError(f"--{key}={text}: give a count (3) or a list of seeds >= 0 (1,2,3)")
     if len(parts) == 1 and "," not in str(text):
         if int(parts[0]) < 1:
-            raise ConfigError(f"--seeds={text}: need at least one seed")
+            raise ConfigError(f"--{key}={text}: need at least one seed")
         if int(parts[0]) > 50:  # surely meant as the seed itself
-            raise ConfigError(f"--seeds={text} asks for {text} seeds: for the one seed {text} "
-                              f"write --seeds={text}, (a list) or --seed={text} --seeds=1")
+            raise ConfigError(f"--{key}={text} asks for {text} seeds: for the one seed {text} "
+                              f"write --{key}={text}, (a list)")
         return [first_seed + i for i in range(int(parts[0]))]
     if len(set(parts)) < len(parts):
-        raise ConfigError(f"--seeds={text}: a seed is listed twice; list each seed once")
+        raise ConfigError(f"--{key}={text}: a seed is listed twice; list each seed once")
     return [int(p) for p in parts]
 
 
@@ -168,8 +168,8 @@ def build_grid(cfg, modes, seeds, points, root):
                                 f"{point_name}{'_' if point_name else ''}{name}_seed{seed}")
                 run = {**base, **point, **overrides, "seed": seed,
                        "out_dir": os.path.join(root, folder)}
-                run["lr_decay_iters"] = decay_end(SimpleNamespace(**run))  # spelled out: a shorter variant keeps
-                # its own full schedule
+                # spelled out: a shorter variant keeps its own full schedule
+                run["lr_decay_iters"] = decay_end(SimpleNamespace(**run))
                 grid.append(((name, seed, point_name), run))
     return grid
 
@@ -201,7 +201,7 @@ def tune_plan(cfg):
                           "rates, e.g. 6e-3,8.5e-3,1.2e-2")
     lowest = start[0] / (start[1] / start[0]) ** cfg["tune_extend"]
     highest = start[-1] * (start[-1] / start[-2]) ** cfg["tune_extend"]
-    seeds = parse_seeds(cfg["tune_seeds"], 1)
+    seeds = parse_seeds(cfg["tune_seeds"], 1, "tune_seeds")
     reported = set(parse_seeds(cfg["seeds"], cfg["seed"]))
     if reported & set(seeds):
         raise ConfigError(f"--tune_seeds and --seeds share {sorted(reported & set(seeds))}: "

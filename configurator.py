@@ -68,7 +68,8 @@ def typed(key, value, spec, source):
     if isinstance(default, bool) or isinstance(value, bool):
         ok = isinstance(value, bool) and isinstance(default, bool)
     elif isinstance(default, float):
-        ok, value = isinstance(value, (int, float)), float(value) if isinstance(value, int) else value
+        ok = isinstance(value, (int, float))
+        value = float(value) if isinstance(value, int) else value
     elif isinstance(default, str):
         ok, value = True, str(value)  # a preset's 3 or (1, 2) for a text setting: its text
     else:

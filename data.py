@@ -4,7 +4,7 @@ tokenizers, and train.py's checkpoints.
 
 A dataset is a folder data/<name>/ holding meta.json (the tokenizer, and each shard's file,
 split, token count and sha256) and those shards. prepare.py writes a new one into a temporary
-folder beside it and renames that into place, so a reader finds the old dataset or the new one, never half of one.
+folder beside it and renames that into place: a reader finds the old dataset or the new one.
 A folder without meta.json holds llm.c / modded-nanogpt FineWeb shards copied in by hand: its
 *_train_*.bin and *_val_*.bin, GPT-2 tokens.
 

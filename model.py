@@ -246,8 +246,7 @@ class GPT(nn.Module):
         return n - self.transformer.wpe.weight.numel() if non_embedding else n
 
     def lookup_tables(self):
-        """The embeddings a token only looks a row up in: every nn.Embedding but the token
-        embedding (it is also the head, a matmul) and the positions (num_params leaves them out)."""
+        """Every embedding but the token one (also the head, a matmul) and the positions."""
         skip = (self.transformer.wte, self.transformer.wpe)
         return [m for m in self.modules() if isinstance(m, nn.Embedding) and m not in skip]
 
@@ -258,8 +257,7 @@ class GPT(nn.Module):
 
     @classmethod
     def from_checkpoint(cls, ckpt, device="cpu"):
-        """A trained model in eval mode from train.py's checkpoint dict (read by shards):
-        GPT.from_checkpoint(data.load_checkpoint("out/ckpt.pt"))"""
+        """A trained model, in eval mode: GPT.from_checkpoint(data.load_checkpoint(path))."""
         model = cls(GPTConfig(**ckpt["model_args"]))
         model.load_state_dict(ckpt["model"])
         return model.to(device).eval()
@@ -356,12 +354,9 @@ class GPT(nn.Module):
                 if id(p) in seen or not p.requires_grad:
                     continue  # the tied token embedding is the head's weight: once
                 seen.add(id(p))
-                if isinstance(module, (nn.Linear, nn.Embedding)) and name.endswith("weight"):
-                    groups["decay"].append((name, p))
-                elif isinstance(module, (nn.Linear, nn.Embedding, nn.LayerNorm)):
-                    groups["no_decay"].append((name, p))
-                else:
-                    groups["mixing"].append((name, p))
+                weight = isinstance(module, (nn.Linear, nn.Embedding)) and name.endswith("weight")
+                layer = isinstance(module, (nn.Linear, nn.Embedding, nn.LayerNorm))
+                groups["decay" if weight else "no_decay" if layer else "mixing"].append((name, p))
         return groups
 
     def mixing_weights(self):
@@ -375,16 +370,14 @@ class GPT(nn.Module):
         scales a whole layer's values, and Adam moves a scalar by about the lr per step whatever
         its gradient. A group's "lr_scale" scales train.py's lr."""
         groups = self.parameter_groups()
-        param_groups = [
-            {"params": [p for _, p in groups["decay"]], "weight_decay": weight_decay,
-             "lr_scale": 1.0},
-            {"params": [p for _, p in groups["no_decay"]], "weight_decay": 0.0, "lr_scale": 1.0}]
-        if groups["mixing"]:
-            param_groups.append({"params": [p for _, p in groups["mixing"]], "weight_decay": 0.0,
-                                 "lr_scale": lambda_lr_scale})
+        how = {"decay": (weight_decay, 1.0), "no_decay": (0.0, 1.0), "mixing": (0.0, lambda_lr_scale)}
+        param_groups = [{"params": [p for _, p in groups[kind]], "weight_decay": decay,
+                         "lr_scale": scale} for kind, (decay, scale) in how.items()
+                        if groups[kind] or kind != "mixing"]
         fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
         return torch.optim.AdamW(param_groups, lr=learning_rate, betas=betas,
                                  **({"fused": True} if fused else {}))
+
 
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None):
     """The next token from (B, vocab) logits: greedy at temperature 0, else top-k/top-p sampling."""

@@ -1,10 +1,10 @@
 """
 Turn text into the token shards that train.py reads (llm.c's format: see data.py).
 
-    python prepare.py                           # Shakespeare's 38 plays, bytes: data/shakespeare_byte/
-    python prepare.py --tokenizer=gpt2          # the same plays in GPT-2 tokens: data/shakespeare_gpt2/
-    python prepare.py --input=my_texts/         # your UTF-8 text: a file, a folder, a glob
-    python prepare.py --dataset=tinyshakespeare                # nanoGPT's input.txt, downloaded once
+    python prepare.py                      # Shakespeare's 38 plays as bytes: data/shakespeare_byte/
+    python prepare.py --tokenizer=gpt2     # the plays in GPT-2 tokens: data/shakespeare_gpt2/
+    python prepare.py --input=my_texts/    # your UTF-8 text: a file, a folder, a glob
+    python prepare.py --dataset=tinyshakespeare               # nanoGPT's input.txt, downloaded once
     python prepare.py --dataset=fineweb_edu --tokenizer=gpt2   # FineWeb-Edu (datasets + network)
 
 The default reads top to bottom like a script: the plays (they ship in corpus/, nothing is

@@ -9,7 +9,7 @@ Train a GPT in any value mode on token shards: on a laptop CPU, one GPU, or seve
 
 It reads top to bottom: the settings, the learning-rate schedule, then train(): where it runs,
 the data, the model, the loop with the training step, the final number. Below the banner at the
-end are helpers a first reading can skip (batches, evaluation, checkpoints, Ctrl-C, the log).
+end are helpers a first reading can skip (batches, evaluation, checkpoints, resuming, the log).
 """
 import bisect
 import contextlib
@@ -139,8 +139,8 @@ def train(cfg, given=None):
         # The model and AdamW, fresh or as the checkpoint left them. The same seed in every
         # process gives them all the same initial weights.
         torch.manual_seed(cfg.seed)
-        padded_vocab = -(-meta["vocab_size"] // 64) * 64  # a multiple of 64: faster matmuls
-        raw_model = GPT(GPTConfig.from_dict({**vars(cfg), "vocab_size": padded_vocab}))
+        vocab = -(-meta["vocab_size"] // 64) * 64  # padded to a multiple of 64: faster matmuls
+        raw_model = GPT(GPTConfig.from_dict({**vars(cfg), "vocab_size": vocab}))
         raw_model.load_state_dict(ckpt["model"]) if ckpt else None
         raw_model.to(device)  # before AdamW: its state lives where the weights do
         optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
@@ -165,7 +165,7 @@ def train(cfg, given=None):
         scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
         announce(log, cfg, changes, raw_model, iter_num, (device, dtype))
 
-        evals, speeds, t_start = [], [], time.time()
+        evals, t_start = [], time.time()
         t0, timed_from = t_start, iter_num  # the clock of the steps since the last log line
         while True:
             # Every eval_interval steps and at the end: the loss on the fixed windows, then a
@@ -222,8 +222,6 @@ def train(cfg, given=None):
                 if not math.isfinite(lossf):  # all processes have the same mean: all stop at once
                     diverged(log, iter_num, cfg.out_dir)
                 dt = (time.time() - t0) / (iter_num - timed_from)
-                if timed_from > start_iter:  # not the first lap: it holds the start-up
-                    speeds.append(tokens_per_step / dt)
                 eta = (time.time() - t_start) / (iter_num - start_iter) * (cfg.max_iters - iter_num)
                 log({"kind": "train", "iter": iter_num, "loss": lossf, "lr": lr,
                      "ms_per_step": 1000 * dt, "tokens_per_sec": tokens_per_step / dt},
@@ -239,8 +237,7 @@ def train(cfg, given=None):
         log(line=f"{'saved' if iter_num > start_iter else 'kept'} {cfg.out_dir}/ckpt.pt (step "
                  f"{iter_num}); sample from it: python sample.py --out_dir={cfg.out_dir}")
     return {"iter": iter_num, "evals": evals, "val_loss_full": val_loss_full, "model": raw_model,
-            "best_val_loss": record["best_val_loss"],
-            "tokens_per_sec": sorted(speeds)[len(speeds) // 2] if speeds else float("nan")}
+            "best_val_loss": record["best_val_loss"]}
 
 
 def main(argv):
@@ -286,11 +283,10 @@ class Batches:
         self.ends = list(itertools.accumulate(self.windows))
         if self.ends[-1] < 1:
             longest = max(len(s) for s in shards)
-            raise data.DataError(f"the {split} split's longest shard has "
-                                 f"{plural(longest, 'token')}, fewer than one window needs "
-                                 f"(block_size {self.T} + 2): " + (f"use --block_size="
-                                 f"{longest - 2} or less, or " if longest > 2 else "") +
-                                 "prepare more text")
+            fix = f"use --block_size={longest - 2} or less, or " if longest > 2 else ""
+            raise data.DataError(f"the {split} split's longest shard has {plural(longest, 'token')}"
+                                 f", fewer than one window needs (block_size {self.T} + 2): {fix}"
+                                 f"prepare more text")
 
     def next(self, device="cpu"):
         rows = []

@@ -160,7 +160,8 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None):
                                               f"{len(r['escape'])} seeds)" if stalled else ""))
         top.fill_between(steps[keep], curves.min(0)[keep], curves.max(0)[keep],
                          color=line.get_color(), alpha=0.2)
-        shown.append(curves.mean(0)[keep][2:] if keep.sum() > 4 else curves.mean(0)[keep])
+        past = slice(2 if keep.sum() > 4 else 0, None)  # the y-range holds the band, all seeds
+        shown += [curves.min(0)[keep][past], curves.max(0)[keep][past]]
         if escape_loss and left:  # one legend entry explains every triangle
             top.plot([np.mean(left)], [escape_loss], marker="v", ms=9, color=line.get_color(),
                      ls="none", label=None if escape_marked else
@@ -190,9 +191,10 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None):
     (bottom or top).set_xlabel(f"step ({per_step:,} tokens each)" if per_step else "step")
     if bottom is not None:
         bottom.axhline(0, color="black", lw=0.8)
-        if gaps:  # the 2nd to 98th percentile: one early outlier must not flatten the rest
-            every = np.concatenate(gaps)
-            low, high = (min(0, np.percentile(every, 2)), max(0, np.percentile(every, 98)))
+        if gaps:  # each curve's 2nd to 98th percentile (its nearest points, not interpolated
+            # toward an outlier): one early outlier per variant must not flatten the rest
+            low = min(0, *(np.percentile(g, 2, method="nearest") for g in gaps))
+            high = max(0, *(np.percentile(g, 98, method="nearest") for g in gaps))
             if high > low:
                 bottom.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
         bottom.set(ylabel="minus vanilla (same seed)",
@@ -208,7 +210,9 @@ def live_loss(root, grid, escape_loss=0.0):
     reached. Written to a temporary file and renamed, so a viewer never sees half a picture."""
     plt = pyplot(quiet=True)
     results = {}
-    for (name, seed, _), cfg in grid:
+    for (name, seed, point), cfg in grid:
+        if point != grid[0][0][2]:  # a sweep: its first point, as the final picture
+            continue
         evals = [r for r in read_log(cfg["out_dir"]) if r["kind"] == "eval"]
         if len(evals) >= 2:
             r = results.setdefault(name, {"seeds": [], "curves": [], "steps": None})
@@ -341,14 +345,16 @@ def curve_figure(plt, root, results):
             label=f"vanilla, {len(sizes)} sizes (dots: seeds)")
     for k, (name, p) in enumerate(curve["placed"].items()):
         loss = results[name]["val_loss_mean"]
-        text = label(name) + ("" if p["larger"] is None else
-                              f": = vanilla {100 * p['larger']:+.0f}% larger")
+        text = label(name, results[name].get("note")) + ("" if p["larger"] is None else
+                              f": as good as a vanilla model {abs(100 * p['larger']):.0f}% "
+                              f"{'larger' if p['larger'] >= 0 else 'smaller'}")
         ax.scatter([p["num_params"]], [loss], s=40, color=f"C{k}", zorder=3, label=text)
         if p["matched_params"]:
             ax.annotate("", (p["matched_params"], loss), (p["num_params"], loss),
                         arrowprops=dict(arrowstyle="->", color=f"C{k}", lw=1))
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(token_units)
+    ax.xaxis.set_minor_formatter(lambda x, _: token_units(x) if str(x)[0] in "2468" else "")
     ax.set(xlabel="parameters (total)", ylabel="final val loss (whole split)",
            title="Each variant on vanilla's loss-against-size line")
     ax.legend(fontsize=8, loc="upper right")

@@ -35,8 +35,8 @@ def read_log(run_dir):
     path = os.path.join(run_dir, "log.jsonl")
     if not os.path.isfile(path):
         return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    with open(path) as f:  # a line without its newline is being written (a run training)
+        return [json.loads(line) for line in f if line.strip() and line.endswith("\n")]
 
 
 def last_step(run_dir, with_loss=False):
@@ -180,6 +180,7 @@ def run_grid(grid, jobs, samples, quiet_reuse=False, left="left", on_progress=No
     n_total = len(todo)
     # each run's (start time, start step); the finished ones' seconds and steps, for the time left
     started, timing, said = {}, {"seconds": 0.0, "steps": 0}, time.time()
+    drawn = time.time()  # the live picture's own clock: runs that start do not postpone it
     while running or (todo and not interrupted):
         while todo and len(running) < jobs and not interrupted:
             key, cfg = todo.pop(0)
@@ -200,8 +201,9 @@ def run_grid(grid, jobs, samples, quiet_reuse=False, left="left", on_progress=No
                              for k, c, *_ in running)}
             print("   " + progress(todo, running, pace, jobs, left), flush=True)
             said = time.time()
-            if on_progress:
-                on_progress()
+        if on_progress and running and time.time() - drawn > 30:
+            on_progress()
+            drawn = time.time()
         try:
             time.sleep(0.5)
         except KeyboardInterrupt:  # train.py got the Ctrl-C too: each stops, its last

@@ -103,10 +103,11 @@ def write_tables(root, results, sweep, info, search=None):
         tuned += (f"\nThe tables and pictures before the sweep's describe its first point, "
                   f"`{info['point']}`; the sweep table at the end has every point.\n")
     paired = "vanilla" in results  # without vanilla there is nothing to pair with
+    per_point = [f"- {point}: {headline(r, info).strip('*').removeprefix('Verdict').lstrip(': ')}"
+                 for point, r in sweep.items() if "vanilla" in r]
     verdicts = ([headline(results, info), ""] if paired and not sweep else
-                [f"**Verdict at each sweep point** (the tables below describe the first):\n"] +
-                [f"- {point}: {headline(r, info).strip('*').removeprefix('Verdict')}"
-                 for point, r in sweep.items() if "vanilla" in r] + [""] if sweep else [])
+                [f"**Verdict at each sweep point** (the tables below describe the first):\n",
+                 *per_point, ""] if per_point else [])
     md = ["# Value residual comparison\n"] + verdicts + [
           f"`{info['command']}` — {info['hardware']}, {plural(info['jobs'], 'run')} side "
           f"by side, {info['wall_min']:.1f} min{reused}\n", tuned,

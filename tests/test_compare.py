@@ -1,3 +1,9 @@
+"""Tests for compare.py and lab/ (runs, analysis, tables): tiny real comparisons where what is
+checked needs train.py, a stand-in run_grid where only the reporting is checked, and the
+measures on numbers small enough to check by hand."""
+import contextlib
+import hashlib
+import io
 import json
 import math
 import os
@@ -5,43 +11,81 @@ import re
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from lab import analysis
 import compare
+import configurator
+import model
 import prepare
-from lab import runs
-from lab import tables
 import train
+from configurator import ConfigError, UserError
+from data import DataError, load_checkpoint
+from lab import analysis, plots, runs, tables
 from model import GPT, GPTConfig
-from shards import load_checkpoint
 
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=4",
         "--max_iters=2", "--eval_interval=1", "--eval_iters=2", "--log_interval=1",
         "--warmup_iters=1", "--lr_decay_iters=2",
         "--analysis_samples=3", "--device=cpu", "--jobs=2"]
+LIVE_LINE = "the loss picture, redrawn every 30 s while they train: "
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     docs = [f"To be, or not to be, that is question number {i}.\n" * 8 for i in range(20)]
-    return prepare.prepare(documents=docs, name="t", out_root=str(tmp_path_factory.mktemp("data")),
-                           workers=1, quiet=True)
+    cfg = configurator.defaults(prepare.SETTINGS, name="t", quiet=True,
+                                out_root=str(tmp_path_factory.mktemp("data")))
+    return prepare.prepare(cfg, documents=docs)
 
 
-def test_tiny_comparison_writes_everything(data_dir, tmp_path, capsys):
-    out = tmp_path / "cmp"
-    assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}",
-                                "--seeds=2", "--less_data=0.5",
-                                "--modes=vanilla,resformer,svformer,resformer_learnable"]) == 0
+def _has_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def table_rows(md, heading):
+    """The rows of the markdown table under a heading, as lists of cells."""
+    part = md.split(heading, 1)[1].split("\n## ", 1)[0]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in part.splitlines()
+            if line.startswith("| ") and not line.startswith("|---")][1:]  # no header row
+
+
+# One tiny comparison, read by the tests below: every value mode, the learned-lambda ResFormer,
+# ResFormer on half the tokens, and vanilla at 3 sizes (for the loss-against-size line).
+TINY_MODES = ("vanilla,vanilla:n_embd=8,vanilla:n_embd=24,resformer,svformer,"
+              "resformer_learnable,value_embed")
+
+
+@pytest.fixture(scope="module")
+def tiny(data_dir, tmp_path_factory):
+    """compare.main on 2 seeds, what it printed and what it wrote."""
+    out = tmp_path_factory.mktemp("tiny") / "cmp"
+    args = TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=2", "--less_data=0.5",
+                   f"--modes={TINY_MODES}"]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = compare.main(args)
+    results = json.load(open(out / "results.json"))
+    return types.SimpleNamespace(out=out, args=args, status=status, printed=printed.getvalue(),
+                                 results=results, modes=results["modes"],
+                                 md=(out / "results.md").read_text())
+
+
+def test_tiny_comparison_writes_everything(tiny):
+    assert tiny.status == 0
+    out, m = tiny.out, tiny.modes
     # each line after the first finished run says how long is left, and where running runs are
-    lines = [line for line in capsys.readouterr().out.splitlines()
+    lines = [line for line in tiny.printed.splitlines()
              if line.startswith("[") or line.startswith("    done")]
-    assert len(lines) == 20 and lines[-1].startswith("    done")
+    assert len(lines) == 32 and lines[-1].startswith("    done")
     first_done = next(i for i, line in enumerate(lines) if "done" in line)
     left = r"(about \d+ min|under a minute) left"
     run = r"[\w.=-]+ at \d/[12]( \(loss \d+\.\d+\))?"
@@ -51,44 +95,176 @@ def test_tiny_comparison_writes_everything(data_dir, tmp_path, capsys):
                          rf"\(\d+\.\d min so far, {left}(; {running})?\)$", line), line
     assert re.search(rf"\(\d+\.\d min so far(; {running})?\)$", lines[-1]), lines[-1]
     assert any(re.search(running, line) for line in lines), lines
-    results = json.load(open(out / "results.json"))
-    assert set(results["modes"]) == {"vanilla", "resformer", "svformer", "resformer_learnable",
-                                     "resformer:max_iters=1"}
-    for name, r in results["modes"].items():
-        for key in ("num_params", "val_loss", "val_loss_mean", "val_loss_std", "tokens", "curves",
-                    "kv_cache_bytes_per_token", "tokens_per_sec", "attention_entropy", "similarity",
-                    "attention_entropy_std", "similarity_std"):
+    assert set(m) == set(TINY_MODES.split(",")) | {"resformer:max_iters=1"}
+    for name, r in m.items():
+        for key in ("num_params", "active_params", "flops_per_token", "val_loss", "val_loss_mean",
+                    "val_loss_std", "tokens", "steps", "tokens_per_step", "curves",
+                    "kv_cache_bytes_per_token", "tokens_per_sec", "attention_entropy",
+                    "similarity", "attention_entropy_std", "similarity_std"):
             assert key in r, (name, key)
         assert len(r["val_loss"]) == 2 and math.isfinite(r["val_loss_mean"])
         assert len(r["attention_entropy"]) == len(r["similarity"]) == 2
         if name != "vanilla":  # paired against vanilla, seed by seed
             p = r["paired"]
             assert p["n"] == 2 and len(p["interval"]) == 2 and 0 <= p["wins"] <= 2
-            v = results["modes"]["vanilla"]["val_loss"]
+            v = m["vanilla"]["val_loss"]
             assert p["differences"] == pytest.approx([r["val_loss"][i] - v[i] for i in range(2)])
-    m = results["modes"]
     assert m["vanilla"]["tokens"] == [0, 64, 128]  # evals at steps 0, 1, 2 of 4 x 16 tokens
+    assert m["vanilla"]["steps"] == [0, 1, 2] and m["vanilla"]["tokens_per_step"] == 64
     assert (m["resformer:max_iters=1"]["tokens"] == [0, 64]
             and m["resformer:max_iters=1"]["total_tokens"] == 64)
+    assert m["resformer:max_iters=1"]["note"] == "50% of the tokens"
     assert m["svformer"]["num_params"] < m["vanilla"]["num_params"] == m["resformer"]["num_params"]
     assert (m["svformer"]["kv_cache_bytes_per_token"] * 4
             == m["vanilla"]["kv_cache_bytes_per_token"] * 3)  # (L+1)/2L
     assert list(m["resformer_learnable"]["mixing"]) == ["transformer.h.1.attn.value_lambdas"]
     assert len(m["resformer_learnable"]["mixing"]["transformer.h.1.attn.value_lambdas"]) == 2
-    md = (out / "results.md").read_text()
+    assert "lambdas" not in m["resformer_learnable"]  # "mixing" replaced it
+    assert sorted(m["value_embed"]["mixing"]) == ["transformer.h.0.attn.value_lambda",
+                                                  "transformer.h.1.attn.value_lambda"]
+    md = tiny.md
     assert "| vanilla |" in md and "95% interval" in md and "of 2" in md and "In-run crossing" in md
+    assert "| resformer:max_iters=1 (50% of the tokens) |" in md
     assert (out / "vanilla_seed1338" / "summary.json").is_file()
     for png in ("loss.png", "attention_entropy.png", "similarity.png", "mixing.png",
-                "attention_maps.png"):
+                "attention_maps.png", "size_curve.png"):
         assert (out / png).is_file() == _has_matplotlib()
+    assert not (out / "lambdas.png").exists()
+    if _has_matplotlib():  # the live picture's path, said once, before the first run starts
+        assert tiny.printed.count(LIVE_LINE) == 1
+        assert tiny.printed.index(f"{LIVE_LINE}{out / 'loss.png'}\n") < tiny.printed.index(
+            "[1/16]")
 
-    # the same command again reuses every finished run instead of training it
-    capsys.readouterr()
-    compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}",
-                         "--seeds=2", "--less_data=0.5",
-                         "--modes=vanilla,resformer,svformer,resformer_learnable"])
-    assert capsys.readouterr().out.count("reusing") == 10
-    assert "10 of 10 runs reused" in (out / "results.md").read_text()
+
+def test_a_variant_override_changes_only_that_variant(tiny):
+    configs = {d: json.load(open(tiny.out / d / "summary.json"))["config"]
+               for d in os.listdir(tiny.out) if d.endswith("_seed1337")}
+    assert "vanilla-n_embd=8_seed1337" in configs and "resformer_seed1337" in configs
+    vanilla, small = configs["vanilla_seed1337"], configs["vanilla-n_embd=8_seed1337"]
+    assert vanilla["n_embd"] == 16 and small["n_embd"] == 8
+    assert {k for k in vanilla if vanilla[k] != small[k]} == {"n_embd", "out_dir"}
+    resformer = configs["resformer_seed1337"]
+    assert {k for k in vanilla if vanilla[k] != resformer[k]} == {"value_mode", "out_dir"}
+
+
+def test_what_each_variant_costs(tiny):
+    """Every variant with its total and active params and FLOPs as model.py counts them;
+    value embeddings' tables count one row per token, so fewer params are active."""
+    m = tiny.modes
+    rows = {row[0]: row for row in table_rows(tiny.md, "## What each variant costs")}
+    assert set(rows) == set(m)
+    for name, row in rows.items():
+        assert row[1] == f"{m[name]['num_params']:,}"
+        assert row[2] == f"{m[name]['active_params']:,}"
+        assert row[3] == f"{m[name]['flops_per_token'] / 1e6:.2f}M"
+    ckpt = load_checkpoint(str(tiny.out / "value_embed_seed1337" / "ckpt.pt"))
+    value_embed = GPT.from_checkpoint(ckpt)
+    assert m["value_embed"]["num_params"] == value_embed.num_params()
+    assert m["value_embed"]["active_params"] == value_embed.active_params()
+    assert m["value_embed"]["flops_per_token"] == value_embed.flops_per_token(16)
+    assert m["value_embed"]["active_params"] < m["value_embed"]["num_params"]
+    for name in ("vanilla", "resformer", "svformer"):  # no lookup tables: all params active
+        assert m[name]["active_params"] == m[name]["num_params"]
+
+
+def test_the_vanilla_size_curve_is_tabled_and_drawn(tiny):
+    """Vanilla at 3 sizes (vanilla, vanilla:n_embd=8, vanilla:n_embd=24): results.json's
+    vanilla_curve, its table in results.md, size_curve.png; every other variant placed."""
+    m, curve = tiny.modes, tiny.results["vanilla_curve"]
+    sizes = ("vanilla", "vanilla:n_embd=8", "vanilla:n_embd=24")
+    assert curve["sizes"] == {n: m[n]["num_params"] for n in sizes}
+    assert len(set(curve["sizes"].values())) == 3 and curve["seeds"] == [1337, 1338]
+    assert set(curve["placed"]) == set(m) - set(sizes)
+    assert curve == json.loads(json.dumps(analysis.vanilla_curve(m)))
+    assert "\n".join(tables.curve_table(analysis.vanilla_curve(m))) in tiny.md
+    assert "## Matches a vanilla model X% larger (the paper's measure)" in tiny.md
+    rows = table_rows(tiny.md, "## Matches a vanilla model X% larger")
+    assert [row[:2] for row in rows] == [[n, f"{m[n]['num_params']:,}"] for n in curve["placed"]]
+    assert (tiny.out / "size_curve.png").is_file() == _has_matplotlib()
+
+
+@pytest.mark.skipif(not _has_matplotlib(), reason="the live picture needs matplotlib")
+def test_the_live_picture_is_redrawn_while_the_runs_train(data_dir, tmp_path, monkeypatch):
+    """While the runs train, compare redraws loss.png from their logs every 30 s: the picture
+    is there before the comparison ends and changes as the runs progress. (The 30 s pass 30
+    times faster here: run_grid's clock is sped up, nothing else changes. Two runs side by side
+    start together: no later start postpones a redraw.)"""
+    out = tmp_path / "live"
+    redraws, real_live, real_time, t0 = [], plots.live_loss, time.time, time.time()
+
+    def live_loss(root, grid, escape_loss=0.0):
+        path = real_live(root, grid, escape_loss)
+        if path is not None:  # (modification time, content, whether the comparison had ended)
+            redraws.append((os.stat(path).st_mtime_ns, hashlib.sha256(
+                open(path, "rb").read()).hexdigest(), (out / "results.md").exists()))
+        return path
+    monkeypatch.setattr(runs, "time", types.SimpleNamespace(
+        time=lambda: t0 + 30 * (real_time() - t0), sleep=time.sleep))
+    monkeypatch.setattr(plots, "live_loss", live_loss)
+    args = [a for a in TINY if not a.startswith(("--max_iters", "--lr_decay_iters",
+                                                 "--eval_interval", "--log_interval"))]
+    assert compare.main(args + ["--max_iters=250", "--eval_interval=10", "--log_interval=50",
+                                f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1",
+                                "--less_data=0", "--modes=vanilla,resformer"]) == 0
+    during = [(mtime, digest) for mtime, digest, ended in redraws if not ended]
+    assert len(during) >= 2, redraws
+    assert len({digest for _, digest in during}) >= 2, redraws  # it changed
+    assert during[-1][0] > during[0][0]  # and was written again, later
+    assert (out / "loss.png").is_file() and not (out / "loss.live.png").exists()
+
+
+def test_the_same_command_again_reuses_every_run(tiny, capsys, monkeypatch):
+    monkeypatch.setattr(compare.plots, "write_all", lambda *a, **k: [])  # (pictures: above)
+    assert compare.main(tiny.args) == 0
+    assert capsys.readouterr().out.count("reusing") == 16
+    assert "16 of 16 runs reused" in (tiny.out / "results.md").read_text()
+
+
+def test_vanilla_curve_on_numbers_checkable_by_hand():
+    """Vanilla at 4 sizes exactly on loss = 5 - 0.2 ln N (seed offsets that average to 0);
+    ResFormer with 150k parameters at the mean loss of a 300k vanilla: it matches a vanilla
+    model 100% larger. The interval resamples the seeds and holds the estimate."""
+    def r(n, loss, offsets):
+        return {"num_params": int(n), "seeds": [1, 2, 3], "val_loss": [loss + d for d in offsets]}
+    line = lambda n: 5 - 0.2 * math.log(n)  # noqa: E731
+    results = {name: r(n, line(n), (-spread, 0.0, spread)) for name, n, spread in (
+        ("vanilla:n_embd=8", 1e5, 0.01), ("vanilla", 2e5, 0.0), ("vanilla:n_embd=24", 4e5, 0.02),
+        ("vanilla:n_layer=8:n_embd=24", 8e5, 0.03))}  # the spread grows with size: the slope
+    # varies over resampled seeds
+    results["resformer"] = r(1.5e5, line(3e5), (-0.03, 0.01, 0.02))
+    results["svformer"] = r(2e5, line(2e5), (0.0, 0.0, 0.0))  # vanilla's loss at its own size
+    curve = analysis.vanilla_curve(results)
+    assert curve["line"] == pytest.approx([5, -0.2]) and curve["residual"] == pytest.approx(0,
+                                                                                          abs=1e-9)
+    assert curve["sizes"] == {"vanilla:n_embd=8": 100000, "vanilla": 200000,
+                              "vanilla:n_embd=24": 400000, "vanilla:n_layer=8:n_embd=24": 800000}
+    res = curve["placed"]["resformer"]
+    assert res["larger"] == pytest.approx(1.0) and res["matched_params"] == pytest.approx(3e5)
+    assert res["interval"][0] < 1.0 < res["interval"][1] and res["inside"]
+    assert curve["placed"]["svformer"]["larger"] == pytest.approx(0.0, abs=1e-9)
+    assert curve["slope_interval"][0] < -0.2 < curve["slope_interval"][1]
+    table = tables.curve_table(curve)
+    row = next(line for line in table if line.startswith("| resformer |"))
+    assert row.startswith("| resformer | 150,000 | 300,000 | +100.0% | [") and row.endswith(
+        "| yes |")
+    assert "5.0000 -0.2000 ln(params)" in "\n".join(table)
+    # too few sizes, too few shared seeds: no curve, no table
+    three = {n: results[n] for n in ("vanilla", "vanilla:n_embd=8", "resformer")}
+    assert analysis.vanilla_curve(three) is None and tables.curve_table(None) == []
+    one_seed = {**results, "vanilla:n_embd=8": {**results["vanilla:n_embd=8"], "seeds": [1, 4, 5]}}
+    assert analysis.vanilla_curve(one_seed) is None  # only seed 1 shared by every size
+    two_seeds = {**results, "vanilla:n_embd=8": {**results["vanilla:n_embd=8"], "seeds": [1, 2, 5]}}
+    assert analysis.vanilla_curve(two_seeds)["seeds"] == [1, 2]
+    same_size = {**results, "vanilla:n_embd=24": {**results["vanilla:n_embd=24"],
+                                                  "num_params": 200000},
+                 "vanilla:n_layer=8:n_embd=24": {**results["vanilla:n_layer=8:n_embd=24"],
+                                                 "num_params": 100000}}
+    assert analysis.vanilla_curve(same_size) is None  # 4 names, 2 sizes
+    # which variants are vanilla sizes: only size settings changed
+    assert analysis.is_vanilla_size("vanilla:n_embd=48:n_layer=8:n_head=4")
+    assert not analysis.is_vanilla_size("vanilla:max_iters=100")
+    assert not analysis.is_vanilla_size("vanilla_kv1") and not analysis.is_vanilla_size(
+        "resformer:n_embd=48")
 
 
 def test_time_left_counts_the_steps_left_at_the_finished_runs_pace(tmp_path):
@@ -106,47 +282,15 @@ def test_time_left_counts_the_steps_left_at_the_finished_runs_pace(tmp_path):
     assert runs.progress([], running, timing, 2, "left in this round") == (
         " (under a minute left in this round; running: c at 400/800 (loss 2.346))")
     assert runs.progress(todo, [], {"seconds": 0.0, "steps": 0}, 2) == ""  # nothing known yet
+    # read_log, which the live picture reads while runs train, skips the line being written
+    assert [r["kind"] for r in runs.read_log(grid[2]["out_dir"])] == ["config", "train", "eval"]
 
 
-def test_a_variant_override_changes_only_that_variant(data_dir, tmp_path):
-    out = tmp_path / "cmp"
-    compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1", "--less_data=0",
-                         "--modes=vanilla,resformer:n_layer=3"])
-    runs = {d: json.load(open(out / d / "summary.json"))["config"]
-            for d in os.listdir(out) if "seed" in d}
-    assert set(runs) == {"vanilla_seed1337", "resformer-n_layer=3_seed1337"}
-    vanilla, variant = runs["vanilla_seed1337"], runs["resformer-n_layer=3_seed1337"]
-    assert vanilla["n_layer"] == 2 and variant["n_layer"] == 3
-    assert {k for k in vanilla if vanilla[k] != variant[k]} == {"n_layer", "value_mode", "out_dir"}
-
-
-def test_interrupted_run_resumes_from_its_checkpoint(data_dir, tmp_path):
-    """A run stopped mid-way (its checkpoint at step 1 of 2) continues from there, not from 0."""
-    out = tmp_path / "cmp"
-    args = TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1", "--less_data=0",
-                   "--modes=vanilla"]
-    cfg = compare.build_grid(compare.parse_args(compare.SETTINGS,
-                                                [compare.DEFAULT_PRESET] + args, ""),
-                             compare.parse_modes("vanilla"), [1337], [("", {})], str(out))[0][1]
-    first_half = subprocess.run(runs.command(dict(cfg, max_iters=1), cfg["out_dir"])[0],
-                                capture_output=True, text=True)
-    assert first_half.returncode == 0, first_half.stderr  # a checkpoint at step 1, with max_iters=1
-    # the same folder, but its settings say max_iters=2: the checkpoint is not this run's:
-    # refused in one line naming the setting, never replaced
-    with pytest.raises(ValueError, match=r"holds a run with other settings \(max_iters: 1 there, "
-                                         r"2 now\): delete it, or compare into another --out_dir"):
-        runs.command(cfg, cfg["out_dir"])
-    # a checkpoint of exactly this run (as Ctrl-C leaves it) is resumed
-    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
-    ckpt = torch.load(ckpt_path, weights_only=False)
-    ckpt["config"] = dict(cfg)  # exactly this run
-    torch.save(ckpt, ckpt_path)
-    args_, resuming = runs.command(cfg, cfg["out_dir"])
-    assert resuming and "--resume" in args_
-    assert compare.main(args) == 0
-    log = runs.read_log(cfg["out_dir"])
-    steps = [r["iter"] for r in log if r["kind"] == "train"]
-    assert steps == [1, 2]  # step 1 from the first half, then only step 2: it went on, not from 0
+def preset_grid(args, out, seeds=(1337,)):
+    """The runs compare.py would make of these arguments (after its default preset)."""
+    cfg = vars(compare.parse_args(compare.SETTINGS, [compare.DEFAULT_PRESET] + args, "", ""))
+    return compare.build_grid(cfg, compare.parse_modes(cfg["modes"]), list(seeds), [("", {})],
+                              str(out))
 
 
 def test_paired_statistics_on_known_numbers():
@@ -180,7 +324,8 @@ def test_fewer_parameters_read_off_the_fitted_curves():
     fits = analysis.size_sweep(made_up_size_sweep(bigger=1.25))
     res = fits["resformer"]  # the loss of a 1.25x larger vanilla: 1 - 1/1.25 = 20% fewer
     assert res["saving"] == pytest.approx(0.2, abs=0.03)
-    assert res["interval"][0] < 0.2 < res["interval"][1] and res["interval"][1] - res["interval"][0] < 0.1
+    assert res["interval"][0] < 0.2 < res["interval"][1]
+    assert res["interval"][1] - res["interval"][0] < 0.1
     assert res["slope_vanilla"] == pytest.approx(-0.2, abs=0.02) and res["seeds"] == [1, 2, 3, 4, 5]
     assert analysis.size_sweep(made_up_size_sweep(bigger=0.8))["resformer"]["saving"] < 0
     flat = fits["svformer"]  # its loss does not fall with size: nothing to read off
@@ -199,6 +344,9 @@ def test_fewer_parameters_read_off_the_fitted_curves():
     table = "\n".join(tables.size_table(made_up_size_sweep(bigger=1.25)))
     assert "Loss against parameters" in table and "| resformer |" in table
     assert re.search(r"\| svformer \| [^|]+ \| [^|]+ \| [^|]+ \| - \| - \| \d+% of", table)
+    # a size sweep on one seed: no fit, and results.md says what it needs
+    one_seed = "\n".join(tables.size_table(made_up_size_sweep(bigger=1.25, seeds=(1,))))
+    assert "Not fitted" in one_seed and "2 or more seeds" in one_seed
 
 
 def test_crossing_interpolates_or_says_never():
@@ -212,15 +360,15 @@ def test_hooked_attention_is_what_the_model_attends_with():
     """The weights the analysis hooks compute, applied to the layer's values,
     give the layer's output."""
     torch.manual_seed(0)
-    for mode in ("vanilla", "resformer", "svformer"):
-        model = GPT(GPTConfig(n_layer=3, n_head=4, n_kv_head=2, n_embd=32, block_size=16,
-                              vocab_size=64, value_mode=mode)).eval()
+    for mode in model.VALUE_MODES:
+        gpt = GPT(GPTConfig(n_layer=3, n_head=4, n_kv_head=2, n_embd=32, block_size=16,
+                            vocab_size=64, value_mode=mode)).eval()
         x = torch.randint(64, (2, 12))
         outputs = []
-        hook = model.transformer.h[2].attn.register_forward_hook(
+        hook = gpt.transformer.h[2].attn.register_forward_hook(
             lambda m, a, out: outputs.append(out))
-        attention, hidden = analysis.internals(model, x)
-        model(x)
+        attention, hidden = analysis.internals(gpt, x)
+        gpt(x)
         hook.remove()
         att = attention[2]
         assert len(attention) == 3 and att.shape == (2, 4, 12, 12) and len(hidden) == 3
@@ -228,26 +376,31 @@ def test_hooked_attention_is_what_the_model_attends_with():
                 and att.triu(1).abs().max() == 0)
         out, value = outputs[-1]
         y = att @ value.repeat_interleave(2, dim=1)  # (B, n_head, T, hd)
-        y = model.transformer.h[2].attn.c_proj(y.transpose(1, 2).reshape(2, 12, 32))
-        assert torch.allclose(y, out, atol=1e-5)
-
-
-def _has_matplotlib():
-    try:
-        import matplotlib  # noqa: F401
-        return True
-    except ImportError:
-        return False
+        y = gpt.transformer.h[2].attn.c_proj(y.transpose(1, 2).reshape(2, 12, 32))
+        assert torch.allclose(y, out, atol=1e-5), mode
 
 
 def test_without_matplotlib_tables_are_still_written(data_dir, tmp_path, capsys, monkeypatch):
+    """matplotlib is optional: the tables are written, the pictures skipped in one line, and no
+    live picture is promised or drawn."""
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+    monkeypatch.setattr(compare, "run_grid", stand_in(lambda cfg: (2.0, [
+        {"iter": 0, "tokens": 0, "val_loss": 5.0}, {"iter": 2, "tokens": 128, "val_loss": 2.1}])))
+    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
     out = tmp_path / "cmp"
     assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1",
-                                "--modes=vanilla"]) == 0
+                                "--modes=vanilla,resformer"]) == 0
     assert (out / "results.md").is_file() and (out / "results.json").is_file()
-    assert not (out / "loss.png").exists()
-    assert "pip install matplotlib" in capsys.readouterr().out
+    assert not list(out.glob("*.png"))
+    printed = capsys.readouterr().out
+    assert "pip install matplotlib" in printed and LIVE_LINE not in printed  # no picture to see
+    run_dir = out / "vanilla_seed1337"
+    run_dir.mkdir()
+    (run_dir / "log.jsonl").write_text("".join(json.dumps(
+        {"kind": "eval", "iter": i, "tokens": 64 * i, "val_loss": 5.0 - i}) + "\n"
+        for i in range(3)))
+    assert plots.live_loss(str(out), [(("vanilla", 1337, ""), {"out_dir": str(run_dir)})]) is None
+    assert not (out / "loss.png").exists() and capsys.readouterr().out == ""
 
 
 def test_attention_entropy_uniform_and_one_key():
@@ -267,58 +420,128 @@ def test_similarity_identical_and_orthogonal_tokens():
 
 def test_modes_and_seeds_parsing():
     assert compare.parse_modes("vanilla, resformer_learnable,"
-                               "svformer_kv1:n_layer=8:learning_rate=1e-3") == [
+                               "svformer_kv1:n_layer=8:learning_rate=1e-3,value_embed") == [
         ("vanilla", dict(value_mode="vanilla", learnable_lambda=False, n_kv_head=0)),
         ("resformer_learnable", dict(value_mode="resformer", learnable_lambda=True, n_kv_head=0)),
         ("svformer_kv1:n_layer=8:learning_rate=1e-3",
          dict(value_mode="svformer", learnable_lambda=False, n_kv_head=1, n_layer=8,
-              learning_rate=1e-3))]
+              learning_rate=1e-3)),
+        ("value_embed", dict(value_mode="value_embed", learnable_lambda=False, n_kv_head=0))]
     for bad in ("transformer", "svformer_learnable", "", "resformer:n_layer", "resformer:n_layer=x",
-                "resformer:bogus=1"):
-        with pytest.raises(ValueError):
+                "resformer:bogus=1", "resformer:n_layer=0"):
+        with pytest.raises(ConfigError):
             compare.parse_modes(bad)
     assert compare.parse_seeds("3", 10) == [10, 11, 12]
     # what the configurator makes of --seeds=1,2,5
     assert compare.parse_seeds("(1, 2, 5)", 10) == [1, 2, 5]
     assert compare.parse_seeds("(7,)", 10) == [7]
     assert compare.parse_seeds("102,", 10) == [102]
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         compare.parse_seeds("three", 1)
-    with pytest.raises(ValueError, match="--seed=102 --seeds=1"):
+    with pytest.raises(ConfigError, match="write --seeds=102, "):
         compare.parse_seeds("102", 1)  # a count this big is a seed typed as a count
+    with pytest.raises(ConfigError, match="seeds >= 0"):
+        compare.parse_seeds("-5,", 1)  # refused once here, not by every train.py run
+    with pytest.raises(ConfigError, match="a seed is listed twice"):
+        compare.parse_seeds("1,2,1", 1)
+
+
+def test_a_mode_added_to_model_py_is_a_variant(monkeypatch):
+    """A student's new mode in model.VALUE_MODES is a variant with no edit to compare.py (the
+    end-to-end run: tests/test_own_mode.py), named in words in the pictures."""
+    monkeypatch.setitem(model.VALUE_MODES, "gated", "gated residual")
+    assert compare.parse_modes("vanilla,gated,gated_kv1:n_layer=3") == [
+        ("vanilla", dict(value_mode="vanilla", learnable_lambda=False, n_kv_head=0)),
+        ("gated", dict(value_mode="gated", learnable_lambda=False, n_kv_head=0)),
+        ("gated_kv1:n_layer=3", dict(value_mode="gated", learnable_lambda=False, n_kv_head=1,
+                                     n_layer=3))]
+    with pytest.raises(ConfigError, match="_learnable applies to resformer only"):
+        compare.parse_modes("gated_learnable")
+    with pytest.raises(ConfigError, match="use vanilla, resformer, svformer, value_embed, gated"):
+        compare.parse_modes("gatd")
+    assert plots.label("gated_kv1") == "gated residual, 1 KV head"
+    monkeypatch.delitem(model.VALUE_MODES, "gated")
+    with pytest.raises(ConfigError, match="unknown mode 'gated'"):
+        compare.parse_modes("gated")
 
 
 def test_compare_settings_do_not_shadow_train_settings(tmp_path):
-    assert not set(compare.COMPARE_SETTINGS) & set(train.DEFAULTS)
-    with pytest.raises(ValueError, match="resume"):
+    assert not set(compare.COMPARE_SETTINGS) & set(train.SETTINGS)
+    with pytest.raises(ConfigError, match="resume"):
         compare.main([f"--out_dir={tmp_path}", "--resume"])
 
 
-@pytest.mark.parametrize("action", ["--overwrite", "--resume", "--new_data=True"])
+@pytest.mark.parametrize("action", ["--overwrite", "--resume", "--resume=True"])
 def test_train_actions_are_refused_not_ignored(tmp_path, action):
     """Issue 22: --overwrite was listed, accepted and ignored ("reusing ...")."""
-    with pytest.raises(ValueError, match=f"compare.py takes no {action}: the same command again "
-                                         "reuses finished runs and resumes stopped ones from "
-                                         "their checkpoints; to train them afresh, use another "
-                                         "--out_dir"):
+    with pytest.raises(ConfigError, match=f"compare.py takes no {action}: the same command again "
+                                          "reuses finished runs and resumes stopped ones from "
+                                          "their checkpoints; to train them afresh, use another "
+                                          "--out_dir"):
         compare.main([f"--out_dir={tmp_path}", action, "--modes=bogus"])
     assert action.split("=")[0][2:] not in compare.SETTINGS  # nor listed in --help
 
 
+def one_line_error(monkeypatch, capsys, argv):
+    """What `python compare.py ARGV` ends with: run_main's exit, in process (no training)."""
+    monkeypatch.setattr(sys, "argv", ["compare.py", *argv])
+    with pytest.raises(SystemExit) as stop:
+        configurator.run_main(compare.main)
+    assert capsys.readouterr().out == ""  # refused before anything is said or done
+    return stop.value.code
+
+
+# an impossible value for each numeric setting compare.py adds to train.py's
+IMPOSSIBLE = {"jobs": -2, "escape_loss": -1, "less_data": 1.5, "analysis_samples": 0,
+              "tune_extend": -1}
+
+
+def test_every_numeric_compare_setting_has_a_check():
+    numeric = {key for key, (default, *_) in compare.COMPARE_SETTINGS.items()
+               if isinstance(default, (int, float)) and not isinstance(default, bool)}
+    unchecked = {key for key in numeric if len(compare.COMPARE_SETTINGS[key]) < 3}
+    assert not unchecked, f"numeric compare settings without a check: {unchecked}"
+    assert set(IMPOSSIBLE) == numeric, "give IMPOSSIBLE a refused value for each"
+
+
+@pytest.mark.parametrize("key", sorted(IMPOSSIBLE))
+def test_impossible_settings_are_one_line(monkeypatch, capsys, tmp_path, key):
+    """--jobs=-2 and the like: 'error: --jobs=-2: must be at least 0', exit 1, nothing run."""
+    value, check = IMPOSSIBLE[key], compare.COMPARE_SETTINGS[key][2]
+    assert not check[0](value)  # the check itself refuses it ...
+    code = one_line_error(monkeypatch, capsys, [f"--out_dir={tmp_path / 'cmp'}",
+                                                f"--{key}={value}"])
+    shown = float(value) if isinstance(compare.COMPARE_SETTINGS[key][0], float) else value
+    assert code == f"error: --{key}={shown}: must be {check[1]}"  # ... and says so in one line
+    assert not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--seeds=1,1"], "--seeds=1,1: a seed is listed twice; list each seed once"),
+    (["--tune", "--tune_seeds=1,2,1"], "--tune_seeds=1,2,1: a seed is listed twice"),
+    (["--seeds=0"], "--seeds=0: need at least one seed"),
+    (["--modes=transformer"], "unknown mode 'transformer'"),
+])
+def test_impossible_seeds_and_modes_are_one_line(monkeypatch, capsys, tmp_path, argv, message):
+    code = one_line_error(monkeypatch, capsys, [f"--out_dir={tmp_path / 'cmp'}", *argv])
+    assert code.startswith("error: ") and "\n" not in code
+    assert message in code, code
+    assert not (tmp_path / "cmp").exists()
+
+
 def test_a_run_of_an_older_version_is_refused_in_one_line(tmp_path):
     """A finished run is reused only with the same settings, and only if this version wrote it."""
-    cfg = compare.build_grid(compare.parse_args(compare.SETTINGS, [compare.DEFAULT_PRESET], ""),
-                             compare.parse_modes("vanilla"), [1], [("", {})], str(tmp_path))[0][1]
-    assert not set(cfg) & {"resume", "overwrite", "new_data"}
+    cfg = preset_grid([], tmp_path, seeds=[1])[0][1]
+    assert not set(cfg) & {"resume", "overwrite"}
     os.makedirs(cfg["out_dir"])
     runs.write_summary(cfg["out_dir"], {"config": cfg, "status": "done"})
     assert runs.finished(cfg, cfg["out_dir"])["status"] == "done"
-    with pytest.raises(ValueError, match=r"holds a run with other settings \(n_layer: 16 there, "
-                                         r"3 now\)"):  # never replaced
+    with pytest.raises(DataError, match=r"holds a run with other settings \(n_layer: 16 there, "
+                                        r"3 now\)"):  # never replaced
         runs.finished(dict(cfg, n_layer=3), cfg["out_dir"])
     with open(os.path.join(cfg["out_dir"], "summary.json"), "w") as f:
         json.dump({"config": cfg, "status": "done"}, f)  # no format: an older version's
-    with pytest.raises(ValueError, match="written by an older version of compare.py: delete it"):
+    with pytest.raises(DataError, match="written by an older version of compare.py: delete it"):
         runs.finished(cfg, cfg["out_dir"])
 
 
@@ -347,59 +570,159 @@ def test_one_variant_without_vanilla_shorter_than_log_interval(data_dir, tmp_pat
 
 
 def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tmp_path):
-    """Ctrl-C (SIGINT to the process group, as a terminal sends it) mid-run: compare exits 130
-    without hanging, the run leaves a checkpoint, and the same command again resumes that run,
-    not from 0."""
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) mid-run, after the run's
+    first checkpoint: compare exits 130 without hanging, the run keeps its last checkpoint (from
+    its last evaluation), and the same command again resumes that run from there, not from 0.
+    A checkpoint of other settings in that folder is refused in one line, never replaced."""
     import signal
     out = tmp_path / "cmp"
     args = [a for a in TINY if not a.startswith(("--max_iters", "--lr_decay_iters",
                                                  "--eval_interval", "--log_interval"))]
-    args += ["--max_iters=3000", "--eval_interval=1000", "--log_interval=10",
+    args += ["--max_iters=600", "--eval_interval=200", "--log_interval=10",
              f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1", "--less_data=0",
              "--modes=vanilla", "--jobs=1"]
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     process = subprocess.Popen([sys.executable, "compare.py", *args], cwd=here,
                                start_new_session=True, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
-    log_path = out / "vanilla_seed1337" / "log.jsonl"
+    ckpt_path = out / "vanilla_seed1337" / "ckpt.pt"
     deadline = time.time() + 120
-    while time.time() < deadline and not (log_path.is_file()
-                                          and '"kind": "train"' in log_path.read_text()):
-        time.sleep(0.2)
+    while time.time() < deadline and not ckpt_path.is_file():
+        time.sleep(0.1)
     os.killpg(process.pid, signal.SIGINT)
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 130, output
     assert "run the same command again" in output
-    stopped_at = load_checkpoint(str(out / "vanilla_seed1337" / "ckpt.pt"))["iter_num"]
-    assert 0 < stopped_at < 3000
+    stopped_at = load_checkpoint(str(ckpt_path))["iter_num"]
+    assert 0 < stopped_at < 600 and stopped_at % 200 == 0
+    assert not (out / "vanilla_seed1337" / "summary.json").exists()
+    cfg = preset_grid(args, out)[0][1]  # the run compare.py makes of these arguments
+    command, resuming = runs.command(cfg, cfg["out_dir"])
+    assert resuming and command[-1] == "--resume"  # its checkpoint is this run's
+    with pytest.raises(DataError, match=r"holds a run with other settings \(max_iters: 600 there, "
+                                        r"700 now\): delete it, or compare into another --out_dir"):
+        runs.command(dict(cfg, max_iters=700), cfg["out_dir"])
     assert compare.main(args) == 0
-    steps = [r["iter"] for r in runs.read_log(out / "vanilla_seed1337") if r["kind"] == "train"]
-    # continued, no restart
-    assert steps[-1] == 3000 and steps.count(stopped_at + 10 - stopped_at % 10) == 1
-    assert [r["iter"] for r in runs.read_log(out / "vanilla_seed1337")
-            if r["kind"] == "config"] == [0, stopped_at]
+    log = runs.read_log(out / "vanilla_seed1337")
+    steps = [r["iter"] for r in log if r["kind"] == "train"]
+    # continued, no restart: the steps after the checkpoint once each, none lost
+    assert steps[-1] == 600 and steps == list(range(10, 601, 10))
+    assert [r["iter"] for r in log if r["kind"] == "config"] == [0, stopped_at]
 
 
 def test_sweep_reports_the_paired_difference_at_each_point(data_dir, tmp_path):
+    """A sweep trains every mode at every point, each point with its own settings; one seed:
+    each point's verdict gives its differences and no claim."""
     out = tmp_path / "sweep"
     assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1",
                                 "--less_data=0", "--modes=vanilla,resformer",
                                 "--sweep=n_layer=1:max_iters=2,n_layer=3:max_iters=1"]) == 0
     sweep = json.load(open(out / "results.json"))["sweep"]
-    assert set(sweep) == {"n_layer=1_max_iters=2", "n_layer=3_max_iters=1"}
+    assert list(sweep) == ["n_layer=1_max_iters=2", "n_layer=3_max_iters=1"]
     for point in sweep.values():
         assert point["resformer"]["paired"]["n"] == 1 and "paired" not in point["vanilla"]
     assert len(sweep["n_layer=3_max_iters=1"]["resformer"]["attention_entropy"]) == 3
+    assert sweep["n_layer=3_max_iters=1"]["vanilla"]["steps"] == [0, 1]
     md = (out / "results.md").read_text()
     assert "## Sweep" in md and "describe its first point, `n_layer=1_max_iters=2`" in md
+    for point, results in sweep.items():
+        verdict = next(line for line in md.splitlines() if line.startswith(f"- {point}: "))
+        assert verdict == (f"- {point}: one seed (1337), so no interval and nothing here is "
+                           f"beyond noise; final val loss - vanilla's: resformer "
+                           f"{results['resformer']['paired']['mean']:+.3f} (--seeds=3 for paired "
+                           f"statistics).")
     assert (out / "sweep.png").is_file() == _has_matplotlib()
 
 
+def test_a_size_sweep_on_one_seed_says_the_fit_needs_more(data_dir, tmp_path, monkeypatch):
+    """A sweep over 3 model sizes on one seed: no loss-against-size line (it needs 2 seeds or
+    more), and results.md says so instead of leaving the table out silently."""
+    monkeypatch.setattr(compare, "run_grid", stand_in(lambda cfg: (
+        3.0 - 0.1 * cfg["n_layer"], [{"iter": 0, "tokens": 0, "val_loss": 5.0},
+                                     {"iter": 2, "tokens": 128, "val_loss": 3.0}],
+        {"num_params": 1000 * cfg["n_layer"]})))
+    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
+    assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1",
+                                "--modes=vanilla,resformer", "--less_data=0",
+                                "--sweep=n_layer=1,n_layer=2,n_layer=4"]) == 0
+    results = json.load(open(tmp_path / "results.json"))
+    assert results["size_sweep"] == {}
+    md = (tmp_path / "results.md").read_text()
+    assert ("Not fitted, and no params.png: the line and its interval need 2 or more seeds "
+            "shared by every point (--seeds=2 or more).") in md
+    assert not (tmp_path / "params.png").exists()
+
+
 def test_sweep_point_labels_one_setting_per_line():
-    from lab import plots
     assert plots.point_label("learning_rate=2e-3_min_lr=2e-4") == "learning_rate=2e-3\nmin_lr=2e-4"
     assert plots.point_label("n_layer=4_max_iters=1600") == "n_layer=4\nmax_iters=1600"
     assert plots.point_label("n_layer=4") == "n_layer=4"
+
+
+# ---- a stand-in for the runs, where only the reporting is tested ----
+
+def summary(cfg, val_loss_full, evals, status="done", **more):
+    """A run's summary.json as run_grid returns it, with made-up numbers."""
+    return {"status": status, "val_loss_full": val_loss_full, "config": cfg, "evals": evals,
+            "num_params": 1, "kv_cache_bytes_per_token": 1, "tokens_per_sec": 1.0,
+            "attention_entropy": [1.0], "similarity": [0.5], **more}
+
+
+def stand_in(losses):
+    """A run_grid that trains nothing: losses(cfg) -> (final loss, evals[, other numbers])."""
+    def run_grid(grid, jobs, samples, quiet_reuse=False, left="left", on_progress=None):
+        made = {key: losses(cfg) for key, cfg in grid}
+        return {key: summary(cfg, final, evals, **(more[0] if more else {}))
+                for (key, cfg), (final, evals, *more) in zip(grid, made.values())}, False, []
+    return run_grid
+
+
+def test_a_verdict_for_each_sweep_point(data_dir, tmp_path, monkeypatch):
+    """At n_layer=2 resformer is 0.1 below vanilla on all 3 seeds, at n_layer=3 level with it:
+    the headline says so point by point, not only for the first."""
+    def losses(cfg):
+        gain = {2: -0.1, 3: 0.0}[cfg["n_layer"]] if cfg["value_mode"] == "resformer" else 0.0
+        noise = {1: 0.01, 2: -0.01, 3: 0.0}[cfg["seed"]] if cfg["n_layer"] == 3 else 0.0
+        final = 2.0 + gain + (noise if cfg["value_mode"] == "resformer" else 0.0)
+        return final, [{"iter": 0, "tokens": 0, "val_loss": 5.0},
+                       {"iter": 2, "tokens": 128, "val_loss": final}]
+    monkeypatch.setattr(compare, "run_grid", stand_in(losses))
+    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
+    assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1,2,3",
+                                "--modes=vanilla,resformer", "--less_data=0",
+                                "--sweep=n_layer=2,n_layer=3"]) == 0
+    md = (tmp_path / "results.md").read_text().splitlines()
+    assert md[2].startswith("**Verdict at each sweep point**")
+    two = next(line for line in md if line.startswith("- n_layer=2: "))
+    three = next(line for line in md if line.startswith("- n_layer=3: "))
+    assert two.startswith("- n_layer=2: on 3 seeds (final val loss")
+    assert "resformer (-0.100 [-0.1000, -0.1000], lower on 3 of 3) is lower than vanilla " \
+           "beyond noise" in two
+    assert re.search(r"resformer \([+-]0\.000 \[-0\.0248, \+0\.0248\], lower on 1 of 3\) is not "
+                     r"distinguishable from vanilla", three), three
+
+
+def test_the_less_data_variant_says_what_it_is(data_dir, tmp_path, monkeypatch):
+    """ResFormer on 85% of the tokens: its own schedule (170 of 200 steps), and its row in
+    results.md reads '(85% of the tokens)'."""
+    calls = []
+
+    def losses(cfg):
+        calls.append(cfg)
+        return 2.0, [{"iter": 0, "tokens": 0, "val_loss": 5.0},
+                     {"iter": cfg["max_iters"], "tokens": 64 * cfg["max_iters"], "val_loss": 2.1}]
+    monkeypatch.setattr(compare, "run_grid", stand_in(losses))
+    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
+    assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1,2",
+                                "--modes=vanilla,resformer", "--less_data=0.85",
+                                "--max_iters=200", "--eval_interval=20"]) == 0
+    less = [c for c in calls if c["max_iters"] == 170]
+    assert len(less) == 2 and all(c["lr_decay_iters"] == 170 for c in less)
+    modes = json.load(open(tmp_path / "results.json"))["modes"]
+    assert modes["resformer:max_iters=170"]["note"] == "85% of the tokens"
+    assert "note" not in modes["resformer"]
+    md = (tmp_path / "results.md").read_text()
+    assert "| resformer:max_iters=170 (85% of the tokens) | " in md
 
 
 # ---- the learning-rate search (--tune) ----
@@ -429,19 +752,17 @@ def test_next_lr_brackets_the_best_learning_rate():
 def fake_runs(optimum, calls):
     """A run_grid stand-in: the final loss is a U in log lr around each variant's optimum,
     diverged above 8x it; records every config it is asked to train."""
-    def run_grid(grid, jobs, samples, quiet_reuse=False, left="left"):
+    def run_grid(grid, jobs, samples, quiet_reuse=False, left="left", on_progress=None):
         summaries = {}
         for key, cfg in grid:
             calls.append(cfg)
             lr, best = cfg["learning_rate"], optimum[cfg["value_mode"]]
             loss = 2 + math.log(lr / best) ** 2 + 0.01 * cfg["seed"] % 7
-            summaries[key] = {
-                "status": "diverged" if lr > 8 * best else "done",
-                "val_loss_full": None if lr > 8 * best else loss, "config": cfg,
-                "evals": [{"iter": 0, "tokens": 0, "val_loss": 5.0},
-                          {"iter": 1, "tokens": 10, "val_loss": loss}],
-                "num_params": 1, "kv_cache_bytes_per_token": 1, "tokens_per_sec": 1.0,
-                "attention_entropy": [1.0], "similarity": [0.5]}
+            summaries[key] = summary(
+                cfg, None if lr > 8 * best else loss,
+                [{"iter": 0, "tokens": 0, "val_loss": 5.0}, {"iter": 1, "tokens": 10,
+                                                             "val_loss": loss}],
+                status="diverged" if lr > 8 * best else "done")
         return summaries, False, []
     return run_grid
 
@@ -456,19 +777,12 @@ def test_leaving_the_plateau_is_measured_per_seed_and_paired(data_dir, tmp_path,
     left_at = {("vanilla", 1): 140, ("vanilla", 2): None, ("resformer", 1): 60,
                ("resformer", 2): 100}
 
-    def run_grid(grid, jobs, samples, quiet_reuse=False, left="left"):
-        summaries = {}
-        for key, cfg in grid:
-            at = left_at[cfg["value_mode"], cfg["seed"]]
-            evals = [{"iter": i, "tokens": 100 * i,
+    def losses(cfg):
+        at = left_at[cfg["value_mode"], cfg["seed"]]
+        return 2.0, [{"iter": i, "tokens": 100 * i,
                       "val_loss": 2.0 if at is not None and i >= at else 3.2}
                      for i in range(0, 201, 20)]
-            summaries[key] = {"status": "done", "val_loss_full": 2.0, "config": cfg,
-                              "evals": evals, "num_params": 1, "kv_cache_bytes_per_token": 1,
-                              "tokens_per_sec": 1.0, "attention_entropy": [1.0],
-                              "similarity": [0.5]}
-        return summaries, False, []
-    monkeypatch.setattr(compare, "run_grid", run_grid)
+    monkeypatch.setattr(compare, "run_grid", stand_in(losses))
     monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
     assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1,2",
                                 "--modes=vanilla,resformer", "--less_data=0"]) == 0
@@ -491,8 +805,10 @@ def test_tune_brackets_each_variant_and_compares_at_each_optimum(data_dir, tmp_p
                                 "--tune_lrs=1e-3,2e-3,4e-3", "--tune_seeds=1,2", "--seeds=5,6",
                                 "--modes=vanilla,resformer", "--less_data=0.5"]) == 0
     # the count and its factors agree; the paper's protocol's runs are named as extra
+    printed = capsys.readouterr().out
     assert ("10 runs (3 variants x 2 seeds at their own best lr, and 4 at vanilla's best lr: "
-            "the paper's protocol)") in capsys.readouterr().out
+            "the paper's protocol)") in printed
+    assert "WARNING" not in printed  # every best bracketed
     results = json.load(open(tmp_path / "results.json"))
     search = {n: {float(lr): v for lr, v in by_lr.items()}
               for n, by_lr in results["lr_search"].items()}
@@ -517,9 +833,28 @@ def test_tune_brackets_each_variant_and_compares_at_each_optimum(data_dir, tmp_p
     md = (tmp_path / "results.md").read_text()
     assert "## Learning-rate search" in md and "The paper's protocol" in md and "| yes |" in md
     assert (tmp_path / "lr_search.png").is_file() == _has_matplotlib()
-    with pytest.raises(ValueError, match="must not be the ones"):
+    with pytest.raises(ConfigError, match="must not be the ones"):
         compare.main(TINY + [f"--out_dir={tmp_path}", "--tune", "--tune_seeds=1,2",
                              "--seeds=2,3"])
+
+
+def test_tune_warns_when_the_best_is_the_grids_edge(data_dir, tmp_path, monkeypatch, capsys):
+    """vanilla's optimum (0.1) lies beyond a grid that --tune_extend=0 may not extend: the best
+    found, 4e-3, is its edge, said in a WARNING line and in the search table; resformer's
+    (2e-3) is bracketed and not warned about."""
+    monkeypatch.setattr(compare, "run_grid", fake_runs({"vanilla": 0.1, "resformer": 2e-3}, []))
+    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
+    assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--tune",
+                                "--tune_lrs=1e-3,1.41e-3,2e-3,2.83e-3,4e-3", "--tune_extend=0",
+                                "--tune_seeds=1,2", "--seeds=5,6", "--modes=vanilla,resformer",
+                                "--less_data=0"]) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "WARNING" in line]
+    assert warnings == ["WARNING: vanilla's best, 0.004, is the edge of the grid searched "
+                        "(--tune_extend=0 reached): not a bracketed optimum; widen --tune_lrs or "
+                        "raise --tune_extend"]
+    md = (tmp_path / "results.md").read_text()
+    assert re.search(r"\| vanilla \|.*\| 0\.004 \| NO \(grid capped\) \|", md)
+    assert re.search(r"\| resformer \|.*\| 0\.002 \| yes \|", md)
 
 
 def test_lrs_trains_each_named_variant_at_its_own_peak_lr(data_dir, tmp_path, monkeypatch):
@@ -547,12 +882,13 @@ def test_lrs_trains_each_named_variant_at_its_own_peak_lr(data_dir, tmp_path, mo
                                 "--lrs=vanilla=1e-2,resformer_kv1=5e-3"]) == 0
     assert {(c["value_mode"], c["learning_rate"]) for c in calls} == {("vanilla", 1e-2)}
     for bad in ("--lrs=vanila=1e-2", "--lrs=vanilla=fast", "--lrs=vanilla=-1"):
-        with pytest.raises(ValueError, match="is not variant=learning_rate"):
+        with pytest.raises(ConfigError, match="is not variant=learning_rate"):
             compare.main(args + [bad])
 
 
-def test_tune_counts_a_diverged_run_as_worse(data_dir, tmp_path):
-    """Real tiny runs: lr 1e6 diverges; the search goes on and picks the finite one."""
+def test_tune_counts_a_diverged_run_as_worse(data_dir, tmp_path, capsys):
+    """Real tiny runs: lr 1e6 diverges; the search goes on and picks the finite one, which is
+    the grid's lower edge (--tune_extend=0: no room to look below): a WARNING says so."""
     out = tmp_path / "tune"
     assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--tune",
                                 "--tune_lrs=1e-2,1e6", "--tune_extend=0", "--tune_seeds=1",
@@ -560,26 +896,32 @@ def test_tune_counts_a_diverged_run_as_worse(data_dir, tmp_path):
     results = json.load(open(out / "results.json"))
     assert math.isinf(results["lr_search"]["vanilla"]["1e+06"][0])
     assert results["info"]["best_lrs"] == {"vanilla": 0.01}
-    summary = json.load(open(out / "lr_search" / "vanilla_lr1e06_seed1" / "summary.json"))
-    assert summary["status"] == "diverged"
+    summary_ = json.load(open(out / "lr_search" / "vanilla_lr1e06_seed1" / "summary.json"))
+    assert summary_["status"] == "diverged"
+    assert any(r["kind"] == "diverged" for r in runs.read_log(out / "lr_search" /
+                                                              "vanilla_lr1e06_seed1"))
     assert "inf" in (out / "results.md").read_text()
     assert (out / "vanilla_lr0.01_seed1337" / "summary.json").is_file()
+    assert ("WARNING: vanilla's best, 0.01, is the edge of the grid searched (--tune_extend=0 "
+            "reached)") in capsys.readouterr().out
 
 
 def test_data_refused_once_before_any_run(data_dir, tmp_path):
-    """A dataset train.py would refuse (an older layout) stops compare.py with train.py's one
-    line before any run starts."""
-    old = tmp_path / "old"
-    old.mkdir()
+    """A dataset train.py would refuse (meta.json names a shard that is gone) stops compare.py
+    with data.py's one line before any run starts."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
     for name in os.listdir(data_dir):
-        (old / name).write_bytes((Path(data_dir) / name).read_bytes())
-    meta = json.loads((old / "meta.json").read_text())
-    del meta["generation"]
-    (old / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match="older version of prepare.py"):
-        compare.main(TINY + [f"--dataset={old}", f"--out_dir={tmp_path / 'cmp'}", "--seeds=1",
+        if "_train_" not in name:
+            (broken / name).write_bytes((Path(data_dir) / name).read_bytes())
+    with pytest.raises(DataError, match="is missing, though .*meta.json names it: run prepare.py"):
+        compare.main(TINY + [f"--dataset={broken}", f"--out_dir={tmp_path / 'cmp'}", "--seeds=1",
                              "--less_data=0", "--modes=vanilla"])
-    assert not (tmp_path / "cmp" / "vanilla_seed1").exists()
+    assert not (tmp_path / "cmp" / "vanilla_seed1337").exists()
+    with pytest.raises(DataError, match="no dataset"):
+        compare.main(TINY + [f"--dataset={tmp_path / 'nothing'}", f"--out_dir={tmp_path / 'cmp'}",
+                             "--seeds=1", "--less_data=0", "--modes=vanilla"])
+    assert issubclass(DataError, UserError)  # so run_main says it in one line
 
 
 def test_a_run_that_fails_before_its_log_is_reported_not_a_crash(tmp_path, monkeypatch, capsys):
@@ -597,24 +939,18 @@ def test_results_open_with_the_verdict_and_table_the_gap_along_the_run(data_dir,
                                                                         monkeypatch):
     """One computed sentence first; then the paired fixed-window gap at the asked steps, from
     the same runs: here resformer gains 0.1 early and nothing at the end."""
-    def run_grid(grid, jobs, samples, quiet_reuse=False, left="left"):
-        summaries = {}
-        for key, cfg in grid:
-            early = {"vanilla": 0.0, "resformer": -0.1, "svformer": 0.05}[cfg["value_mode"]]
-            evals = [{"iter": i, "tokens": 100 * i, "val_loss": 3.0 - i / 100 + cfg["seed"] / 100
-                      + (early if i <= 100 else 0.0)} for i in range(0, 201, 20)]
-            final = {"vanilla": 2.0, "resformer": 1.9, "svformer": 2.0}[cfg["value_mode"]]
-            summaries[key] = {"status": "done", "val_loss_full": final + cfg["seed"] / 1000,
-                              "config": cfg, "evals": evals, "num_params": 1,
-                              "kv_cache_bytes_per_token": 1, "tokens_per_sec": 1.0,
-                              "attention_entropy": [1.0], "similarity": [0.5]}
-        return summaries, False, []
-    monkeypatch.setattr(compare, "run_grid", run_grid)
+    def losses(cfg):
+        early = {"vanilla": 0.0, "resformer": -0.1, "svformer": 0.05}[cfg["value_mode"]]
+        evals = [{"iter": i, "tokens": 100 * i, "val_loss": 3.0 - i / 100 + cfg["seed"] / 100
+                  + (early if i <= 100 else 0.0)} for i in range(0, 201, 20)]
+        final = {"vanilla": 2.0, "resformer": 1.9, "svformer": 2.0}[cfg["value_mode"]]
+        return final + cfg["seed"] / 1000, evals
+    monkeypatch.setattr(compare, "run_grid", stand_in(losses))
     monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
     args = TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1,2,3",
                    "--modes=vanilla,resformer,svformer", "--less_data=0", "--max_iters=200",
                    "--eval_interval=20"]
-    with pytest.raises(compare.ConfigError, match="gap_steps=50: the loss is measured every"):
+    with pytest.raises(ConfigError, match="gap_steps=50: the loss is measured every"):
         compare.main(args + ["--gap_steps=50"])
     assert compare.main(args + ["--gap_steps=40,200"]) == 0
     gap = json.load(open(tmp_path / "results.json"))["modes"]["resformer"]["gap"]
@@ -635,31 +971,33 @@ def test_results_open_with_the_verdict_and_table_the_gap_along_the_run(data_dir,
 
 
 def test_the_demo_is_the_default_comparison_shortened():
-    """config/demo.py is compare's default preset for half its steps on one seed: the same
-    model, data, learning rates and variants, so what the demo shows is what the full run
-    measures (README, "What a class will see")."""
+    """config/demo.py builds on compare's default preset and changes only how much is run and
+    which variants: the same model, data and learning rates for half the steps on one seed, so
+    what the demo shows is what the full run measures (README, "What a class will see")."""
     from configurator import read_preset
     root = Path(__file__).resolve().parent.parent
-    demo, full = (read_preset(str(root / "config" / f"{n}.py")) for n in ("demo", "compare"))
+    demo_path = root / "config" / "demo.py"
+    lines = [line for line in demo_path.read_text().splitlines() if not line.startswith("#")]
+    assert lines[0] == 'base = "compare.py"'  # builds on it (a base must come first)
+    demo = read_preset(str(demo_path))  # with its base's settings
+    full = read_preset(str(root / "config" / "compare.py"))
     assert demo.pop("max_iters") * 2 == full.pop("max_iters")
-    assert (demo.pop("seeds"), demo.pop("jobs"), demo.pop("out_dir")) == ("1", 4, "out-demo")
-    assert set(demo["lrs"].split(",")) == {f"{m}=8.5e-3" for m in demo["modes"].split(",")}
-    full.pop("out_dir")
+    assert (demo.pop("seeds"), demo.pop("jobs"), demo.pop("out_dir")) == ("1337,", 4, "out-demo")
+    modes = demo.pop("modes").split(",")
+    compare.parse_modes(",".join(modes))  # every one a variant compare.py trains
+    lrs = dict(item.rpartition("=")[::2] for item in demo.pop("lrs").split(","))
+    assert lrs.keys() == set(modes)  # each variant at the preset's peak lr
+    assert {float(lr) for lr in lrs.values()} == {full["learning_rate"]}
+    full.pop("out_dir"), full.pop("modes"), full.pop("lrs")
     assert demo == full
 
 
 def test_one_seed_states_its_differences_and_own_lrs_are_named(data_dir, tmp_path, monkeypatch):
     """One seed: the differences, and no claim. Every variant's lr named in --lrs, all equal:
     each at its own lr (so also the paper's protocol), not 'one shared lr'."""
-    def run_grid(grid, jobs, samples, quiet_reuse=False, left="left"):
-        return {key: {"status": "done", "val_loss_full": {"vanilla": 2.0, "svformer": 2.05}[
-                          cfg["value_mode"]], "config": cfg,
-                      "evals": [{"iter": 0, "tokens": 0, "val_loss": 5.0},
-                                {"iter": 2, "tokens": 10, "val_loss": 2.5}], "num_params": 1,
-                      "kv_cache_bytes_per_token": 1, "tokens_per_sec": 1.0,
-                      "attention_entropy": [1.0], "similarity": [0.5]}
-                for key, cfg in grid}, False, []
-    monkeypatch.setattr(compare, "run_grid", run_grid)
+    monkeypatch.setattr(compare, "run_grid", stand_in(lambda cfg: (
+        {"vanilla": 2.0, "svformer": 2.05}[cfg["value_mode"]],
+        [{"iter": 0, "tokens": 0, "val_loss": 5.0}, {"iter": 2, "tokens": 10, "val_loss": 2.5}])))
     monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
     assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1",
                                 "--modes=vanilla,svformer", "--less_data=0",

@@ -1,4 +1,4 @@
-"""Tests for plots.py: what each picture draws (on made-up results, so no training is needed)."""
+"""Tests for lab/plots.py: what each picture draws (on made-up results: no training needed)."""
 import json
 import os
 
@@ -7,10 +7,11 @@ import pytest
 import torch
 
 import compare
-from lab import plots
+import configurator
 import prepare
+from data import CHECKPOINT_FORMAT
+from lab import plots
 from model import GPT, GPTConfig
-from shards import CHECKPOINT_FORMAT
 
 pytest.importorskip("matplotlib")
 
@@ -25,16 +26,19 @@ def figures(monkeypatch):
 
 
 def made_up_results(n_layer, names=("vanilla", "resformer", "svformer")):
-    """compare.per_mode()'s shape: 3 seeds, 41 evaluations of 40,960 tokens, per-layer measures
-    near their limits (similarity close to 1, entropy close to 0) with wide spreads."""
+    """compare.per_mode()'s shape: 3 seeds, 41 evaluations every 20 steps of 2,048 tokens,
+    per-layer measures near their limits (similarity close to 1, entropy close to 0) with wide
+    spreads."""
     rng = np.random.default_rng(n_layer)
-    tokens = [i * 40960 for i in range(41)]
+    steps = [i * 20 for i in range(41)]
     results = {}
     for k, name in enumerate(names):
         curves = [[2.1 + 3 * np.exp(-i / 8) + 0.01 * k + 0.01 * rng.standard_normal()
                    for i in range(41)] for _ in range(3)]
         results[name] = {
-            "seeds": [1, 2, 3], "tokens": tokens, "curves": curves, "total_tokens": tokens[-1],
+            "seeds": [1, 2, 3], "steps": steps, "tokens": [s * 2048 for s in steps],
+            "tokens_per_step": 2048, "curves": curves, "num_params": 100_000 + 1000 * k,
+            "total_tokens": steps[-1] * 2048,
             "similarity": list(np.linspace(0.6, 0.97, n_layer)),
             "similarity_std": [0.1] * n_layer,
             "attention_entropy": list(np.linspace(0.05, 2, n_layer)),
@@ -48,35 +52,45 @@ def made_up_maps(n_layer, names=("vanilla", "resformer", "svformer"), T=64):
     return {name: [(i + 1, uniform) for i in layers] for name in names}
 
 
-def inside(fig, artist):
-    """Is the artist wholly on the picture (drawn as savefig draws it)?"""
+def inside(fig, *artists):
+    """Are the artists wholly on the picture (drawn once, as savefig draws it)?"""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     canvas = FigureCanvasAgg(fig)  # a closed figure has lost its canvas
     canvas.draw()
-    box = artist.get_window_extent(canvas.get_renderer())
-    return box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y0 >= 0 and box.y1 <= fig.bbox.height
+    boxes = [artist.get_window_extent(canvas.get_renderer()) for artist in artists]
+    return all(box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y0 >= 0
+               and box.y1 <= fig.bbox.height for box in boxes)
+
+
+def loss_picture(figures):
+    return next(fig for fig in figures if fig.axes[0].get_ylabel() == "val loss (nats per token)")
+
+
+def legend_of(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
 
 
 @pytest.mark.parametrize("n_layer", [2, 4, 16])
 def test_attention_maps_fit_show_every_variant_and_a_colour_scale(tmp_path, figures, n_layer):
     """Issue 22: at 2 layers the title was cut at both edges, SVFormer was missing, and there
-    was no colour scale."""
+    was no colour scale. The titles name each variant as a class reads it (plots.label)."""
     plots.attention_maps(plots.pyplot(), str(tmp_path), made_up_maps(n_layer))
     fig = figures[-1]
-    assert inside(fig, fig._suptitle), fig._suptitle.get_text()
     titles = [ax.get_title() for ax in fig.axes]
-    assert f"svformer, layer {n_layer}" in titles and "vanilla, layer 1" in titles
-    assert all(inside(fig, ax.title) for ax in fig.axes if ax.get_title())
+    assert inside(fig, fig._suptitle, *(ax.title for ax in fig.axes if ax.get_title())), titles
+    assert f"SVFormer\nlayer {n_layer}" in titles and "vanilla\nlayer 1" in titles
+    assert "ResFormer\nlayer 1" in titles
     scales = [ax for ax in fig.axes if "attention weight" in ax.get_ylabel()]
     assert len(scales) == 1  # one colour bar for every map: they share vmin/vmax
     assert [t.get_text() for t in scales[0].get_yticklabels()][-1] == "1"
 
 
 def test_attention_map_data_takes_every_variant_asked_for(tmp_path):
-    data_dir = prepare.prepare(documents=["To be, or not to be.\n" * 40] * 10, name="t",
-                               out_root=str(tmp_path), workers=1, quiet=True)
+    data_dir = prepare.prepare(configurator.defaults(prepare.SETTINGS, name="t",
+                                                     out_root=str(tmp_path), quiet=True),
+                               documents=["To be, or not to be.\n" * 40] * 10)
     grid, summaries = [], {}
-    for mode in ("vanilla", "resformer", "svformer"):
+    for mode in ("vanilla", "resformer", "svformer", "value_embed"):
         out_dir = tmp_path / mode
         os.makedirs(out_dir)
         model_args = dict(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=320,
@@ -86,8 +100,9 @@ def test_attention_map_data_takes_every_variant_asked_for(tmp_path):
         grid.append(((mode, 1, ""), {"out_dir": str(out_dir), "dataset": data_dir,
                                      "block_size": 16}))
         summaries[mode, 1, ""] = {"status": "done"}
-    maps = compare.attention_map_data(grid, summaries, ["vanilla", "resformer", "svformer"])
-    assert list(maps) == ["vanilla", "resformer", "svformer"]
+    maps = compare.attention_map_data(grid, summaries,
+                                      ["vanilla", "resformer", "svformer", "value_embed"])
+    assert list(maps) == ["vanilla", "resformer", "svformer", "value_embed"]
     assert [layer for layer, _ in maps["svformer"]] == [1, 2]
     assert maps["svformer"][0][1].shape == (16, 16)
     # a variant alone (no vanilla to pair with) still gets its maps
@@ -110,56 +125,145 @@ def test_bands_stay_within_what_the_measure_can_be(tmp_path, figures, n_layer):
             assert y.max() <= high + 1e-9 and y.min() >= low - 1e-9, label
 
 
-def test_token_axes_read_in_units(tmp_path, figures):
-    """Issue 22: the token axis showed a '1e6' offset instead of readable units."""
-    plots.write_all(str(tmp_path), made_up_results(4), {}, {})
-    loss = next(fig for fig in figures if fig.axes[0].get_ylabel() == "val loss (nats per token)")
-    for ax in loss.axes:
-        shown = ax.xaxis.get_major_formatter()
-        assert [shown(x, 0) for x in (0, 800_000, 1_638_400, 2e9)] == ["0", "800k", "1.64M", "2B"]
+def test_the_loss_picture_is_against_steps_and_token_axes_read_in_units(tmp_path, figures):
+    """The loss picture's x-axis is steps, the tokens of one step in its label; where an axis is
+    in tokens (plot_logs) it reads in units, not with matplotlib's '1e6' offset (issue 22)."""
+    results = made_up_results(4)
+    plots.write_all(str(tmp_path), results, {}, {})
+    loss = loss_picture(figures)
+    assert loss.axes[-1].get_xlabel() == "step (2,048 tokens each)"
+    assert list(loss.axes[0].lines[0].get_xdata()) == results["vanilla"]["steps"][1:]  # not 0
+    run = tmp_path / "run"
+    run.mkdir()
+    records = [{"kind": "config", "tokens_per_step": 2048},
+               {"kind": "train", "iter": 400, "loss": 2.5},
+               {"kind": "eval", "iter": 800, "tokens": 800 * 2048, "val_loss": 2.2}]
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    plots.plot_logs([str(run)], str(tmp_path / "runs.png"))
+    ax = figures[-1].axes[0]
+    shown = ax.xaxis.get_major_formatter()
+    assert [shown(x, 0) for x in (0, 800_000, 1_638_400, 2e9)] == ["0", "800k", "1.64M", "2B"]
+    assert ax.get_xlabel() == "training tokens"
     assert plots.token_units(1.6e6) == "1.6M"
 
 
-def test_the_loss_axis_starts_where_curves_compare_and_lambdas_show_their_start(tmp_path,
-                                                                                figures):
-    """The first evaluations (loss ~5 here) would squash the part a class should look at."""
+def test_the_loss_axis_starts_where_curves_compare_and_mixing_shows_its_start(tmp_path,
+                                                                              figures):
+    """The first evaluations (loss ~5 here) would squash the part a class should look at; the
+    plateau triangles have one legend entry; the learned mixing weights' picture marks 0.5."""
     results = made_up_results(4)
     results["resformer"]["mixing"] = {f"transformer.h.{i}.attn.value_lambdas": [0.6, 0.4]
                                       for i in (1, 2, 3)}
-    results["resformer"]["escape"] = [[20, 409600], [40, 819200], None]
-    plots.write_all(str(tmp_path), results, {}, {}, escape_loss=2.9)
-    loss = next(fig for fig in figures if fig.axes[0].get_ylabel() == "val loss (nats per token)")
+    results["resformer"]["escape"] = [[20, 40960], [40, 81920], None]
+    paths = plots.write_all(str(tmp_path), results, {}, {}, escape_loss=2.9)
+    assert os.path.join(str(tmp_path), "mixing.png") in paths
+    assert not (tmp_path / "lambdas.png").exists()
+    loss = loss_picture(figures)
     first = max(np.mean(r["curves"], axis=0)[1] for r in results.values())  # about 4.8
     low, high = loss.axes[0].get_ylim()
     assert high < first - 0.3 and low < min(np.min(r["curves"]) for r in results.values())
     marks = [line for line in loss.axes[0].lines if line.get_marker() == "v"]
-    assert [(list(m.get_xdata()), list(m.get_ydata())) for m in marks] == [([614400], [2.9])]
-    labels = [t.get_text() for t in loss.axes[0].get_legend().get_texts()]
-    assert "resformer (left the plateau on 2 of 3 seeds)" in labels and "vanilla" in labels
+    assert [(list(m.get_xdata()), list(m.get_ydata())) for m in marks] == [([30], [2.9])]
+    labels = legend_of(loss.axes[0])
+    assert "ResFormer (left the plateau on 2 of 3 seeds)" in labels and "vanilla" in labels
     assert labels.count("leaves the plateau (mean step of the seeds that left)") == 1
-    lambdas = next(fig for fig in figures if fig.axes[0].get_ylabel() == "learned value")
-    assert any(list(line.get_ydata()) == [0.5, 0.5] for line in lambdas.axes[0].lines)
+    mixing = next(fig for fig in figures if fig.axes[0].get_ylabel() == "learned value")
+    assert any(list(line.get_ydata()) == [0.5, 0.5] for line in mixing.axes[0].lines)
+    assert [list(line.get_ydata()) for line in mixing.axes[0].lines[:2]] == [[0.6] * 3, [0.4] * 3]
+    assert legend_of(mixing.axes[0])[:2] == ["ResFormer: value_lambdas[0]",
+                                             "ResFormer: value_lambdas[1]"]
 
 
 def test_the_difference_panel_is_not_squashed_by_the_first_evaluations(tmp_path, figures):
-    """resformer starts 2.0 below vanilla and settles 0.02 below: the panel shows the 0.02."""
+    """resformer and svformer start 2.0 below vanilla and settle 0.02 below: the panel shows
+    the 0.02 (one early outlier on each curve)."""
+    results = made_up_results(4)
+    for name in ("resformer", "svformer"):
+        results[name]["curves"] = [[v - (2.0 if i < 2 else 0.02) for i, v in enumerate(c)]
+                                   for c in results["vanilla"]["curves"]]
+    plots.write_all(str(tmp_path), results, {}, {})
+    low, high = loss_picture(figures).axes[1].get_ylim()
+    assert -0.03 < low < -0.02 and 0 < high < 0.01
+
+
+def test_the_difference_panel_is_not_flattened_by_one_outlier(tmp_path, figures):
+    """One evaluation mid-run 1.0 above vanilla (a loss spike), the rest 0.02 below: the
+    panel's range comes from the 2nd-98th percentile of the gaps, so the 0.02 stays readable."""
     results = made_up_results(4, names=("vanilla", "resformer"))
-    results["resformer"]["curves"] = [[v - (2.0 if i < 2 else 0.02) for i, v in enumerate(c)]
+    results["resformer"]["curves"] = [[v + (1.0 if i == 20 else -0.02) for i, v in enumerate(c)]
                                       for c in results["vanilla"]["curves"]]
     plots.write_all(str(tmp_path), results, {}, {})
-    loss = next(fig for fig in figures if fig.axes[0].get_ylabel() == "val loss (nats per token)")
-    low, high = loss.axes[1].get_ylim()
+    bottom = loss_picture(figures).axes[1]
+    low, high = bottom.get_ylim()
     assert -0.03 < low < -0.02 and 0 < high < 0.01
+    gap = bottom.lines[0].get_ydata()  # the spike is still drawn, off the panel
+    assert max(gap) == pytest.approx(1.0)
 
 
 def test_without_vanilla_the_loss_picture_has_no_difference_panel(tmp_path, figures):
     plots.write_all(str(tmp_path), made_up_results(4, ("resformer", "svformer")), {},
                     made_up_maps(4, ("resformer", "svformer")))
-    loss = next(fig for fig in figures if fig.axes[0].get_ylabel() == "val loss (nats per token)")
+    loss = loss_picture(figures)
     assert len(loss.axes) == 1
     texts = [ax.get_title() + ax.get_ylabel() for fig in figures for ax in fig.axes]
     assert not any("vanilla" in t for t in texts)
     assert (tmp_path / "attention_maps.png").is_file()
+
+
+def test_shrunk_runs_keep_their_curves_inside_the_picture(tmp_path, figures):
+    """A run shrunk for a quick look: 3 evaluations (steps 0, 1, 2) whose loss never gets below
+    the escape line. The top panel's range holds every curve drawn, mean and band; the escape
+    line, far below, does not stretch it."""
+    results = made_up_results(4, names=("vanilla", "resformer"))
+    for k, r in enumerate(results.values()):
+        r.update(seeds=[1, 2], steps=[0, 1, 2], tokens=[0, 64, 128], tokens_per_step=64,
+                 curves=[[5.6, 5.5 - 0.01 * k + d, 5.45 - 0.01 * k + d] for d in (0, 0.02)],
+                 escape=[None, None])
+    plots.write_all(str(tmp_path), results, {}, {}, escape_loss=2.9)
+    top = loss_picture(figures).axes[0]
+    low, high = top.get_ylim()
+    drawn = np.concatenate([line.get_ydata() for line in top.lines]
+                           + [path.vertices[:, 1] for band in top.collections
+                              for path in band.get_paths()])
+    assert low <= drawn.min() and drawn.max() <= high, (low, high, drawn)
+    assert low > 5.0  # not stretched down to the escape line at 2.9
+    assert "ResFormer (left the plateau on 0 of 2 seeds)" in legend_of(top)
+
+
+def test_titles_fit_the_pictures(tmp_path, figures):
+    """No title is cut at the picture's edge: the per-layer measures' long titles wrap."""
+    plots.write_all(str(tmp_path), made_up_results(4), {}, {})
+    entropy = next(fig for fig in figures if "entropy" in fig.axes[0].get_ylabel())
+    assert "\n" in entropy.axes[0].get_title()  # wrapped, not one long line
+    for fig in figures:
+        titles = [ax.title for ax in fig.axes if ax.get_title()]
+        assert titles and inside(fig, *titles), [t.get_text() for t in titles]
+
+
+def test_labels_read_as_a_class_reads_them():
+    """The pictures name a variant in words; the tables keep the exact name."""
+    assert plots.label("resformer:lambda_1=2:lambda_2=1") == "ResFormer, λ = 2"
+    assert plots.label("svformer_kv1") == "SVFormer, 1 KV head"
+    assert plots.label("svformer_kv2") == "SVFormer, 2 KV heads"
+    assert plots.label("value_embed") == "value embeddings"
+    assert plots.label("resformer_learnable") == "ResFormer, learned λ"
+    assert plots.label("vanilla:n_embd=24") == "vanilla, n_embd = 24"
+    assert plots.label("resformer:max_iters=170", "85% of the tokens") == (
+        "ResFormer, 85% of the tokens")  # the note replaces the settings
+    assert plots.label("not_a_mode") == "not_a_mode"
+
+
+def test_the_loss_legend_names_the_variants_in_words(tmp_path, figures):
+    names = ("vanilla", "resformer:lambda_1=2:lambda_2=1", "svformer_kv1", "value_embed",
+             "resformer:max_iters=34")
+    results = made_up_results(4, names=names)
+    results["resformer:max_iters=34"]["note"] = "85% of the tokens"
+    plots.write_all(str(tmp_path), results, {}, {})
+    loss = loss_picture(figures)
+    expected = ["vanilla", "ResFormer, λ = 2", "SVFormer, 1 KV head", "value embeddings",
+                "ResFormer, 85% of the tokens"]
+    assert legend_of(loss.axes[0]) == expected
+    assert legend_of(loss.axes[1]) == expected[1:]  # the difference panel: all but vanilla
 
 
 def test_a_run_with_one_training_record_is_drawn(tmp_path, figures):
@@ -179,6 +283,67 @@ def test_a_run_with_one_training_record_is_drawn(tmp_path, figures):
     assert ax.xaxis.get_major_formatter()(1_638_400, 0) == "1.64M"
 
 
+def write_log(run_dir, evals, partial=""):
+    """A log.jsonl as train.py writes it while it trains (partial: a line being written)."""
+    os.makedirs(run_dir, exist_ok=True)
+    records = [{"kind": "config", "iter": 0, "tokens_per_step": 64}] + [
+        {"kind": "eval", "iter": step, "tokens": 64 * step, "val_loss": loss}
+        for step, loss in evals]
+    with open(os.path.join(run_dir, "log.jsonl"), "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records) + partial)
+
+
+def test_the_live_picture_cuts_the_seeds_to_the_step_all_reached(tmp_path, figures):
+    """live_loss draws loss.png from the logs of runs still training: vanilla's seed 1 at step
+    40 and seed 2 at step 20 give a curve to step 20 (their mean); a run with one evaluation is
+    not drawn yet, nor one without a log; a line being written is skipped."""
+    root = str(tmp_path)
+    curves = {("vanilla", 1): [(0, 5.5), (10, 4.0), (20, 3.0), (30, 2.8), (40, 2.6)],
+              ("vanilla", 2): [(0, 5.5), (10, 4.2), (20, 3.2)],
+              ("resformer", 1): [(0, 5.5), (10, 3.9), (20, 2.9), (30, 2.7)],
+              ("resformer", 2): [(0, 5.5)],  # one evaluation: nothing to draw yet
+              ("svformer", 1): None}  # not started
+    grid = []
+    for (name, seed), evals in curves.items():
+        run_dir = os.path.join(root, f"{name}_seed{seed}")
+        if evals is not None:
+            write_log(run_dir, evals, partial='{"kind": "eval", "iter": 5' if seed == 1 else "")
+        grid.append(((name, seed, ""), {"out_dir": run_dir}))
+    assert plots.live_loss(root, grid, escape_loss=2.9) == os.path.join(root, "loss.png")
+    assert os.path.isfile(os.path.join(root, "loss.png"))
+    assert not os.path.exists(os.path.join(root, "loss.live.png"))  # renamed into place
+    top, bottom = loss_picture(figures).axes
+    vanilla, resformer = top.lines[:2]
+    assert list(vanilla.get_xdata()) == [10, 20]  # cut to seed 2's step 20 (step 0 not drawn)
+    assert list(vanilla.get_ydata()) == pytest.approx([4.1, 3.1])
+    assert list(resformer.get_xdata()) == [10, 20, 30]  # only its seed 1 has 2+ evaluations
+    assert legend_of(top)[:2] == ["vanilla", "ResFormer"]
+    assert "SVFormer" not in " ".join(legend_of(top))
+    # the difference panel pairs resformer's seed 1 with vanilla's, on the steps both have
+    assert list(bottom.lines[0].get_ydata()) == pytest.approx([-0.1, -0.1])
+    # nothing logged yet: no picture, no error
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert plots.live_loss(str(empty), [(("vanilla", 1, ""), {"out_dir": str(empty / "v")})]) \
+        is None
+    assert not (empty / "loss.png").exists()
+
+
+def test_the_live_picture_shows_only_the_first_sweep_point(tmp_path, figures):
+    """During a sweep the same variant trains at every point: the live picture, like the final
+    one, shows the first point, not a mean over different models."""
+    root = str(tmp_path)
+    grid = []
+    for point, loss in (("n_layer=1", 3.0), ("n_layer=3", 2.0)):
+        for name in ("vanilla", "resformer"):
+            run_dir = os.path.join(root, f"{point}_{name}_seed1")
+            write_log(run_dir, [(0, 5.5), (10, loss), (20, loss - 0.1)])
+            grid.append(((name, 1, point), {"out_dir": run_dir}))
+    plots.live_loss(root, grid)
+    top = loss_picture(figures).axes[0]
+    assert list(top.lines[0].get_ydata()) == pytest.approx([3.0, 2.9])
+
+
 def test_loss_against_size_draws_every_variant_with_its_fitted_line(tmp_path, figures):
     sweep = {}
     for n_layer, n in zip((2, 4, 8, 16), (1e5, 2e5, 4e5, 8e5)):
@@ -191,7 +356,48 @@ def test_loss_against_size_draws_every_variant_with_its_fitted_line(tmp_path, fi
     assert os.path.isfile(path) and path.endswith("params.png")
     ax = figures[-1].axes[0]
     assert ax.get_xscale() == "log" and len(ax.lines) == 2
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    labels = legend_of(ax)
     assert labels[0] == "vanilla" and "20.0% fewer parameters" in labels[1]
     # the fitted line goes through the means
     assert ax.lines[1].get_ydata()[0] == pytest.approx(5 - 0.2 * np.log(1.25e5))
+
+
+def test_the_size_curve_places_each_variant_on_vanillas_line(tmp_path, figures):
+    """size_curve.png: vanilla's line loss = 5 - 0.2 ln N through 3 sizes, ResFormer (150k
+    parameters) at the loss of a 300k vanilla: '+100% larger', an arrow from 150k to 300k; the
+    less-data variant named by its note."""
+    results = {}
+    for name, n in (("vanilla:n_embd=8", 1e5), ("vanilla", 2e5), ("vanilla:n_embd=24", 4e5)):
+        results[name] = {"num_params": int(n), "seeds": [1, 2],
+                         "val_loss": [5 - 0.2 * np.log(n) + d for d in (-0.01, 0.01)]}
+    results["resformer"] = {"num_params": 150_000, "seeds": [1, 2],
+                            "val_loss": [5 - 0.2 * np.log(3e5) + d for d in (-0.02, 0.02)]}
+    results["resformer:max_iters=170"] = {"num_params": 150_000, "seeds": [1, 2],
+                                          "val_loss": [5 - 0.2 * np.log(4.5e5)] * 2,
+                                          "note": "85% of the tokens"}
+    for r in results.values():
+        r["val_loss_mean"] = float(np.mean(r["val_loss"]))
+    path = plots.curve_figure(plots.pyplot(), str(tmp_path), results)
+    assert path == os.path.join(str(tmp_path), "size_curve.png") and os.path.isfile(path)
+    ax = figures[-1].axes[0]
+    assert legend_of(ax) == ["vanilla, 3 sizes (dots: seeds)",
+                             "ResFormer: as good as a vanilla model 100% larger",
+                             "ResFormer, 85% of the tokens: as good as a vanilla model 200% larger"]
+    line = ax.lines[0]
+    assert line.get_ydata()[0] == pytest.approx(5 - 0.2 * np.log(line.get_xdata()[0]))
+    arrow = ax.texts[0]  # annotate: from the variant's own parameters to the matched ones
+    assert arrow.xy == pytest.approx((3e5, results["resformer"]["val_loss_mean"]), rel=1e-6)
+    assert arrow.xyann == pytest.approx((1.5e5, results["resformer"]["val_loss_mean"]))
+    assert ax.xaxis.get_major_formatter()(3e5, 0) == "300k"
+
+
+def test_the_lr_search_marks_a_best_at_the_grids_edge(tmp_path, figures):
+    """A U-curve whose lowest point is an end of the grid is not an optimum: its ring is dashed
+    and the legend says so; a bracketed best reads 'best'."""
+    search = {"vanilla": {1e-3: [2.5, 2.6], 2e-3: [2.2, 2.3], 4e-3: [2.4, 2.5]},
+              "resformer": {1e-3: [2.5, 2.6], 2e-3: [2.3, 2.4], 4e-3: [2.1, 2.2]}}
+    plots.lr_figure(plots.pyplot(), str(tmp_path), search)
+    labels = legend_of(figures[-1].axes[0])
+    assert "vanilla: best 0.002" in labels
+    assert "ResFormer: lowest at the grid's edge, 0.004 (not bracketed)" in labels
+    assert (tmp_path / "lr_search.png").is_file()
