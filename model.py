@@ -370,7 +370,8 @@ class GPT(nn.Module):
         scales a whole layer's values, and Adam moves a scalar by about the lr per step whatever
         its gradient. A group's "lr_scale" scales train.py's lr."""
         groups = self.parameter_groups()
-        how = {"decay": (weight_decay, 1.0), "no_decay": (0.0, 1.0), "mixing": (0.0, lambda_lr_scale)}
+        how = {"decay": (weight_decay, 1.0), "no_decay": (0.0, 1.0),
+               "mixing": (0.0, lambda_lr_scale)}
         param_groups = [{"params": [p for _, p in groups[kind]], "weight_decay": decay,
                          "lr_scale": scale} for kind, (decay, scale) in how.items()
                         if groups[kind] or kind != "mixing"]

@@ -26,7 +26,7 @@ import urllib.request
 import numpy as np
 
 import data
-from configurator import ConfigError, at_least, between, one_of, parse_args, plural, run_main
+from configurator import ConfigError, between, parse_args, plural, run_main
 
 SETTINGS = dict(
     dataset=("shakespeare", "shakespeare (the plays in corpus/), tinyshakespeare or fineweb_edu; "

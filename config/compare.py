@@ -18,7 +18,7 @@ n_head = 4
 n_embd = 64
 learning_rate = 8.5e-3
 min_lr = 8.5e-4
-lrs = "vanilla=8.5e-3,resformer=8.5e-3,resformer:lambda_1=2:lambda_2=1=8.5e-3,svformer=8.5e-3"
+lrs = "vanilla=8.5e-3,resformer=8.5e-3,resformer:lambda_1=2:lambda_2=1=8.5e-3,svformer=8.5e-3,value_embed=1.69e-2"
 max_iters = 800
 lr_decay_iters = 0
 warmup_iters = 50

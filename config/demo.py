@@ -9,7 +9,7 @@ base = "compare.py"
 # over seeds: README, "What a class will see". Paired statistics: --seeds=3 (three times as long).
 out_dir = "out-demo"
 modes = "vanilla,resformer:lambda_1=2:lambda_2=1,svformer,value_embed"
-lrs = "vanilla=8.5e-3,resformer:lambda_1=2:lambda_2=1=8.5e-3,svformer=8.5e-3,value_embed=8.5e-3"
+lrs = "vanilla=8.5e-3,resformer:lambda_1=2:lambda_2=1=8.5e-3,svformer=8.5e-3,value_embed=1.69e-2"
 seeds = "1337,"
 jobs = 4
 max_iters = 400

@@ -155,9 +155,10 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None):
         keep = steps > 0  # step 0 (loss ~ log vocab) would flatten everything else
         left = [e[0] for e in r.get("escape", []) if e]
         stalled = escape_loss and len(left) < len(r.get("escape", []))  # say so in the legend
+        stalled = (f" (left the plateau on {len(left)} of {len(r['escape'])} seeds)"
+                   if stalled else "")
         line, = top.plot(steps[keep], curves.mean(0)[keep], marker="o", ms=2,
-                         label=label(name, r.get("note")) + (f" (left the plateau on {len(left)} of "
-                                              f"{len(r['escape'])} seeds)" if stalled else ""))
+                         label=label(name, r.get("note")) + stalled)
         top.fill_between(steps[keep], curves.min(0)[keep], curves.max(0)[keep],
                          color=line.get_color(), alpha=0.2)
         past = slice(2 if keep.sum() > 4 else 0, None)  # the y-range holds the band, all seeds

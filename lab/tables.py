@@ -92,7 +92,8 @@ def write_tables(root, results, sweep, info, search=None):
              f"), found on the search seeds {info['tune_seeds']}; the search is below.\n")
     if "peak_lrs" in info and len(set(info["peak_lrs"].values())) == 1:
         shared = next(iter(info["peak_lrs"].values()))
-        tuned = (f"Each variant at its own peak learning rate (--lrs), the same for all: {shared:g} "
+        tuned = (f"Each variant at its own peak learning rate (--lrs), the same for all: "
+                 f"{shared:g} "
                  f"(so also the paper's protocol).\n" if info.get("own_lrs") else
                  f"Every variant at one shared peak learning rate, {shared:g} "
                  f"(the paper's protocol).\n")
@@ -106,7 +107,7 @@ def write_tables(root, results, sweep, info, search=None):
     per_point = [f"- {point}: {headline(r, info).strip('*').removeprefix('Verdict').lstrip(': ')}"
                  for point, r in sweep.items() if "vanilla" in r]
     verdicts = ([headline(results, info), ""] if paired and not sweep else
-                [f"**Verdict at each sweep point** (the tables below describe the first):\n",
+                ["**Verdict at each sweep point** (the tables below describe the first):\n",
                  *per_point, ""] if per_point else [])
     md = ["# Value residual comparison\n"] + verdicts + [
           f"`{info['command']}` — {info['hardware']}, {plural(info['jobs'], 'run')} side "

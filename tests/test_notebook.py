@@ -43,6 +43,7 @@ def test_the_notebook_runs_and_shows_every_result(tmp_path):
     assert "value = (1 - lam) * v + lam * table" in text
     assert "ours (2 x 16, 32 tokens)" in text  # the cache's label says the settings it ran at
     assert text.count("    iter ") >= 2  # train.py's progress, streamed as it trains
+    assert "value_embed  total" in text and "active per token" in text  # what came after
     assert "SVFormer / vanilla = 0.542" in text  # (L + 1) / (2L) at GPT-2 small's L = 12
     assert text.count("val loss over the whole validation split") == 2
     assert "left the plateau" in text and "real words:" in text

@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The README's three edits: (the line they go after, or before, in model.py; the lines added).

@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,8 +27,6 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=320, bias=False)
 BYTE_TOKENIZER = {"tokenizer": "byte", "vocab_size": 257, "eot": 256}
 SEPARATOR = "\n---------------\n"  # what sample.py prints after each sample
-SHARED = Path(HERE).parent / "shared" / "data"  # the developers' offline GPT-2 files (optional)
-GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 
 
 def make_checkpoint(out_dir, value_mode="vanilla", compiled=False, **overrides):
@@ -316,24 +313,6 @@ def test_real_words_are_not_counted_without_the_training_text_or_in_other_tokens
     torch.save(ckpt, os.path.join(out_dir, "ckpt.pt"))
     out, err, result = run(out_dir, "--start=ROMEO", "--num_samples=1", "--max_new_tokens=5")
     assert out.startswith("ROMEO") and result["real_words"] is None and "real words" not in err
-
-
-@pytest.fixture(scope="session")
-def gpt2_encoding():
-    """GPT-2's BPE from the developers' offline copy (tiktoken cannot download it here)."""
-    if not (SHARED / "gpt2.tiktoken").exists():
-        pytest.skip(f"needs {SHARED / 'gpt2.tiktoken'} (tiktoken cannot download GPT-2 offline)")
-    import tiktoken
-    from tiktoken.load import load_tiktoken_bpe
-    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT,
-                             mergeable_ranks=load_tiktoken_bpe(str(SHARED / "gpt2.tiktoken")),
-                             special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
-
-
-@pytest.fixture
-def gpt2(monkeypatch, gpt2_encoding):
-    monkeypatch.setattr(data, "tiktoken_encoding", lambda name: gpt2_encoding)
-    return data.get_tokenizer("gpt2")
 
 
 def test_real_words_with_gpt2_tokens(tmp_path, gpt2):
