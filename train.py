@@ -118,9 +118,11 @@ def train(cfg, given=None):
             cfg, changes, identity = resumed(cfg, given, ckpt)
             data_dir = data.dataset_dir(cfg.dataset)  # the checkpoint's, unless --dataset given
             device, dtype, autocast = setup_device(cfg.device, cfg.dtype)  # and its dtype
-        if ddp:
+        if ddp:  # each process its own GPU (LOCAL_RANK: its number on this machine)
+            if device.startswith("cuda"):
+                device = f"cuda:{os.environ['LOCAL_RANK']}"
+                torch.cuda.set_device(device)
             dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
-            device = f"cuda:{os.environ['LOCAL_RANK']}" if device.startswith("cuda") else device
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         # One step: grad_accum micro-steps of batch_size x block_size tokens in each process.
         grad_accum = cfg.gradient_accumulation_steps // world or 1
@@ -141,7 +143,8 @@ def train(cfg, given=None):
         torch.manual_seed(cfg.seed)
         vocab = -(-meta["vocab_size"] // 64) * 64  # padded to a multiple of 64: faster matmuls
         raw_model = GPT(GPTConfig.from_dict({**vars(cfg), "vocab_size": vocab}))
-        raw_model.load_state_dict(ckpt["model"]) if ckpt else None
+        if ckpt is not None:
+            raw_model.load_state_dict(ckpt["model"])
         raw_model.to(device)  # before AdamW: its state lives where the weights do
         optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
                                                    (cfg.beta1, cfg.beta2), device.split(":")[0],
