@@ -174,13 +174,16 @@ def help_text(settings, usage, values):
     lines = [*textwrap.wrap(usage, 100), "",
              "settings (--key=value; the values this command would use):"]
     for key, (_, meaning, *check) in settings.items():
-        flag = f"  --{key}={getattr(values, key)}"
+        # a value too long for one line (a list) breaks after its commas
+        flags = [f.replace(", ", ",") for f in textwrap.wrap(
+            f"  --{key}={getattr(values, key)}".replace(",", ", "), 100, subsequent_indent=" " * 6)]
+        *head, flag = flags
         text = meaning + (f" ({check[0][1]})" if check else "")
         indent = 32 if len(flag) < 31 else len(flag) + 2  # a long value: its meaning after it
         body = textwrap.wrap(text, 100 - 32) or [""]
         first = (flag.ljust(indent) + body[0]) if len(flag) + 2 + len(body[0]) <= 100 else flag
         rest = body[1:] if first != flag else body
-        lines += [first] + [" " * 32 + b for b in rest]
+        lines += head + [first] + [" " * 32 + b for b in rest]
     return "\n".join(lines)
 
 

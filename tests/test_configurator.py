@@ -159,6 +159,9 @@ def help_entries(stdout):
             entries[key] = [value, text]
         elif line.startswith(" " * 32) and entries:
             entries[key][1] += " " + line.strip()
+        elif line.startswith(" " * 6) and entries:  # a long value, broken after a comma
+            more, _, text = line.strip().partition(" ")
+            entries[key] = [entries[key][0] + more, text.strip()]
     return entries
 
 
