@@ -137,7 +137,7 @@ def vanilla_curve(results):
     if len({r["num_params"] for r in sizes.values()}) < 3:
         return None
     seeds = sorted(set.intersection(*(set(r["seeds"]) for r in sizes.values())))
-    if len(seeds) < 2:
+    if not seeds:
         return None
     params = np.log([r["num_params"] for r in sizes.values()])
     losses = np.array([[r["val_loss"][r["seeds"].index(s)] for s in seeds]
@@ -152,8 +152,10 @@ def vanilla_curve(results):
         mine = np.mean([r["val_loss"][r["seeds"].index(seeds[c])] for c in cols])
         return math.exp((mine - a) / b) / r["num_params"] - 1 if b < 0 else None
 
+    # one seed gives a line and a reading but no interval: nothing to resample
     rng, every = np.random.default_rng(0), list(range(len(seeds)))
-    draws = [list(rng.integers(0, len(seeds), len(seeds))) for _ in range(2000)]
+    draws = [list(rng.integers(0, len(seeds), len(seeds)))
+             for _ in range(2000 if len(seeds) > 1 else 0)]
     lines = [fit(cols) for cols in draws]
     a, b = fit(every)
     placed = {}
@@ -171,7 +173,7 @@ def vanilla_curve(results):
     return {"sizes": {n: r["num_params"] for n, r in sizes.items()}, "seeds": seeds,
             "line": [float(a), float(b)], "residual": float(np.std(
                 losses.mean(axis=1) - (a + b * params))), "placed": placed,
-            "slope_interval": sorted(line[1] for line in lines)[50::1899][:2]}
+            "slope_interval": sorted(line[1] for line in lines)[50::1899][:2] or None}
 
 
 def is_vanilla_size(name):

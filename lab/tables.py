@@ -274,6 +274,12 @@ def size_table(sweep):
     return md
 
 
+def slope_interval(curve):
+    if curve["slope_interval"] is None:
+        return "one seed: no interval"
+    return "slope 95% interval [{:+.4f}, {:+.4f}]".format(*curve["slope_interval"])
+
+
 def curve_table(curve):
     """The paper's measure: each variant placed on vanilla's loss-against-size line."""
     if not curve:
@@ -282,8 +288,7 @@ def curve_table(curve):
     md = ["\n## Matches a vanilla model X% larger (the paper's measure)\n",
           f"Vanilla at {len(sizes)} sizes ({', '.join(f'{n} {p:,}' for n, p in sizes.items())} "
           f"parameters), seeds {curve['seeds']}: the line loss = {a:.4f} {b:+.4f} ln(params) "
-          f"(slope 95% interval [{curve['slope_interval'][0]:+.4f}, "
-          f"{curve['slope_interval'][1]:+.4f}], the sizes' means off it by {curve['residual']:.4f} "
+          f"({slope_interval(curve)}, the sizes' means off it by {curve['residual']:.4f} "
           f"rms). Each variant's mean final loss read off it: the vanilla size with that loss, as "
           f"X% more than the variant's own total parameters (negative: a vanilla model that "
           f"much smaller does as well). Interval: the seeds resampled, the line refitted.\n",

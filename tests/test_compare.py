@@ -252,7 +252,15 @@ def test_vanilla_curve_on_numbers_checkable_by_hand():
     three = {n: results[n] for n in ("vanilla", "vanilla:n_embd=8", "resformer")}
     assert analysis.vanilla_curve(three) is None and tables.curve_table(None) == []
     one_seed = {**results, "vanilla:n_embd=8": {**results["vanilla:n_embd=8"], "seeds": [1, 4, 5]}}
-    assert analysis.vanilla_curve(one_seed) is None  # only seed 1 shared by every size
+    # only seed 1 shared by every size: a line and a reading, but nothing to resample
+    single = analysis.vanilla_curve(one_seed)
+    assert single["seeds"] == [1] and single["slope_interval"] is None
+    assert single["placed"]["resformer"]["interval"] is None
+    assert "one seed: no interval" in "\n".join(tables.curve_table(single))
+    assert "| - |" in next(line for line in tables.curve_table(single)
+                           if line.startswith("| resformer |"))
+    no_seed = {**results, "vanilla:n_embd=8": {**results["vanilla:n_embd=8"], "seeds": [4, 5, 6]}}
+    assert analysis.vanilla_curve(no_seed) is None  # no seed shared by every size
     two_seeds = {**results, "vanilla:n_embd=8": {**results["vanilla:n_embd=8"], "seeds": [1, 2, 5]}}
     assert analysis.vanilla_curve(two_seeds)["seeds"] == [1, 2]
     same_size = {**results, "vanilla:n_embd=24": {**results["vanilla:n_embd=24"],
