@@ -234,8 +234,10 @@ def train(cfg, given=None):
                 t0, timed_from = time.time(), iter_num
 
         # The final number: the loss over every token of the validation split, each once.
+        t_final = time.time()
         val_loss_full, n = full_split_loss(raw_model, splits["val"], cfg, autocast, rank, world)
-        log({"kind": "final", "iter": iter_num, "val_loss_full": val_loss_full, "val_tokens": n},
+        log({"kind": "final", "iter": iter_num, "val_loss_full": val_loss_full, "val_tokens": n,
+             "seconds": time.time() - t_final},
             f"val loss over the whole validation split ({n:,} tokens): {val_loss_full:.4f}")
         log(line=f"{'saved' if iter_num > start_iter else 'kept'} {cfg.out_dir}/ckpt.pt (step "
                  f"{iter_num}); sample from it: python sample.py --out_dir={cfg.out_dir}")
