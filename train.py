@@ -225,12 +225,13 @@ def train(cfg, given=None):
                 if not math.isfinite(lossf):  # all processes have the same mean: all stop at once
                     diverged(log, iter_num, cfg.out_dir)
                 dt = (time.time() - t0) / (iter_num - timed_from)
-                eta = (time.time() - t_start) / (iter_num - start_iter) * (cfg.max_iters - iter_num)
+                eta = round((time.time() - t_start) / (iter_num - start_iter)
+                            * (cfg.max_iters - iter_num))  # whole seconds: never "5m60s"
                 log({"kind": "train", "iter": iter_num, "loss": lossf, "lr": lr,
                      "ms_per_step": 1000 * dt, "tokens_per_sec": tokens_per_step / dt},
                     f"iter {iter_num}/{cfg.max_iters}: loss {lossf:.4f}, lr {lr:.2e}, "
                     f"{1000 * dt:.0f} ms/step, {tokens_per_step / dt:,.0f} tok/s, "
-                    f"ETA {eta // 60:.0f}m{eta % 60:02.0f}s")
+                    f"ETA {eta // 60}m{eta % 60:02d}s")
                 t0, timed_from = time.time(), iter_num
 
         # The final number: the loss over every token of the validation split, each once.
