@@ -310,8 +310,12 @@ def prepare_book(root, text):
 
 
 def slow_prepare(root, source, **popen):
+    # SIGINT's default handler back: a shell's background job (and so a pytest started as one)
+    # passes SIGINT on ignored, and then a test's Ctrl-C would never arrive
     return subprocess.Popen([sys.executable, "-c", SLOW_PREPARE, str(HERE),
-                             *book_settings(root, source)], **popen)
+                             *book_settings(root, source)],
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                            **popen)
 
 
 def state(root):

@@ -32,6 +32,12 @@ TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, batch_size=8, max_ite
             eval_iters=2, log_interval=1, device="cpu")
 
 
+def default_sigint():
+    """preexec_fn for a child a test Ctrl-Cs: a shell's background job (and so a pytest started
+    as one) passes SIGINT on ignored, and Python then keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """A byte dataset of 13 documents (about 22,500 train + 2,000 val tokens)."""
@@ -161,7 +167,8 @@ def test_ctrl_c_then_resume_ends_on_the_losses_of_an_uninterrupted_run(data_dir,
     out = tmp_path / "stopped"
     cfg = tiny_cfg(data_dir, out, max_iters=100_000, **settings)  # runs until stopped
     run = subprocess.Popen([sys.executable, "train.py", *as_args(cfg)], cwd=HERE,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=default_sigint)
     try:
         deadline = time.time() + 60
         while not (out / "ckpt.pt").exists():
@@ -533,7 +540,7 @@ def test_torchrun_ctrl_c_then_resume_equals_uninterrupted_run(data_dir, torchrun
     cfg = tiny_cfg(data_dir, out, **{**TORCHRUN, "max_iters": 100_000})  # runs until stopped
     launcher = subprocess.Popen(torchrun("train.py", *as_args(cfg)), cwd=HERE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=default_sigint)
     try:
         deadline = time.time() + 60
         while not (out / "ckpt.pt").exists():
