@@ -174,9 +174,10 @@ def help_text(settings, usage, values):
     lines = [*textwrap.wrap(usage, 100), "",
              "settings (--key=value; the values this command would use):"]
     for key, (_, meaning, *check) in settings.items():
-        # a value too long for one line (a list) breaks after its commas
-        flags = [f.replace(", ", ",") for f in textwrap.wrap(
-            f"  --{key}={getattr(values, key)}".replace(",", ", "), 100, subsequent_indent=" " * 6)]
+        flag = f"  --{key}={getattr(values, key)}"
+        # only a value too long for one line (a list) breaks, after its commas
+        flags = [flag] if len(flag) <= 100 else [f.replace(", ", ",") for f in textwrap.wrap(
+            flag.replace(",", ", "), 100, subsequent_indent=" " * 6)]
         *head, flag = flags
         text = meaning + (f" ({check[0][1]})" if check else "")
         indent = 32 if len(flag) < 31 else len(flag) + 2  # a long value: its meaning after it
