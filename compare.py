@@ -145,10 +145,10 @@ def attention_map_data(grid, summaries, names):
     layer, on one held-out window, from each of these variants' first finished run."""
     maps = {}
     for (name, seed, point), cfg in grid:
-        if (name in names and name not in maps
+        ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")  # (a committed record has none)
+        if (name in names and name not in maps and os.path.isfile(ckpt_path)
                 and summaries.get((name, seed, point), {}).get("status") == "done"):
-            ckpt = data.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
-            model = GPT.from_checkpoint(ckpt)
+            model = GPT.from_checkpoint(data.load_checkpoint(ckpt_path))
             # the middle of 3 spaced windows
             attention, _ = internals(model, heldout_windows(cfg, 3)[1:2])
             layers = sorted({0, len(attention) // 2, len(attention) - 1})

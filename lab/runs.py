@@ -15,6 +15,8 @@ import torch
 import data
 from model import GPT
 
+from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
+
 from .analysis import analyse
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
@@ -81,7 +83,9 @@ def progress(todo, running, timing, jobs, left="left", so_far=None):
 
 def settings_only(cfg):
     """What makes two runs the same: their settings (without learned lambdas, their learning
-    rate changes nothing)."""
+    rate changes nothing). A setting train.py gained after a run was recorded counts at its
+    default, so records committed earlier stay reusable."""
+    cfg = {**{k: spec[0] for k, spec in TRAIN_SETTINGS.items() if k not in ACTIONS}, **cfg}
     return {k: v for k, v in cfg.items() if cfg.get("learnable_lambda") or k != "lambda_lr_scale"}
 
 
