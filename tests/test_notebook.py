@@ -1,9 +1,11 @@
 """docs/value_residual.ipynb runs top to bottom (with tiny settings in its parameters cell), so
 it cannot rot. Needs the test extras (tests/requirements.txt: nbclient, ipykernel, matplotlib)."""
 import os
+import re
 
 import pytest
 
+import model
 import prepare
 from configurator import defaults
 
@@ -14,6 +16,44 @@ pytest.importorskip("matplotlib", reason="pip install -r tests/requirements.txt"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, "docs", "value_residual.ipynb")
+
+NUMBER_WORDS = {w: n for n, w in enumerate(
+    "zero one two three four five six seven eight nine ten".split())}
+# A cell's last expression that Jupyter displays as Out[n] when it is a number: 0.4333, 42,
+# np.float64(0.43), tensor(0.43, grad_fn=<MulBackward0>), nan
+BARE_NUMBER = re.compile(r"(?:[\w.]+\()?[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?(?:,[^()]*)?\)?"
+                         r"|[-+]?(?:nan|inf)", re.IGNORECASE)
+
+
+def stray_numbers(nb):
+    """(cell index, text) of every displayed value that is a bare number: a function's return
+    value left as a cell's last expression, shown beside what the cell printed."""
+    return [(i, o["data"]["text/plain"]) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+            for o in c.outputs if o["output_type"] == "execute_result"
+            and BARE_NUMBER.fullmatch(o["data"].get("text/plain", "").strip())]
+
+
+def test_the_text_counts_the_value_modes_right():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    counts = [(m.group(0), m.group(1).lower()) for c in nb.cells if c.cell_type == "markdown"
+              for m in re.finditer(r"\b(\w+) value modes\b", c.source, re.IGNORECASE)]
+    counts = [(said, int(n) if n.isdigit() else NUMBER_WORDS[n]) for said, n in counts
+              if n.isdigit() or n in NUMBER_WORDS]
+    assert counts, "the notebook no longer says how many value modes there are"
+    assert all(n == len(model.VALUE_MODES) for _, n in counts), \
+        (counts, f"model.VALUE_MODES has {len(model.VALUE_MODES)}: {', '.join(model.VALUE_MODES)}")
+
+
+def test_no_committed_output_is_a_stray_number():
+    assert stray_numbers(nbformat.read(NOTEBOOK, as_version=4)) == []
+
+
+def test_the_number_pattern_finds_what_jupyter_shows():
+    assert all(BARE_NUMBER.fullmatch(t) for t in ("0.43333333333333335", "42", "-1e-05", "nan",
+                                                  "np.float64(0.43)", "tensor(0.4333)",
+                                                  "tensor(0.43, grad_fn=<MulBackward0>)"))
+    assert not any(BARE_NUMBER.fullmatch(t) for t in ("<Figure size 700x260 with 1 Axes>",
+                                                      "(0.4, 0.5)", "[1, 2]", "'0.4'"))
 
 
 def test_the_notebook_runs_and_shows_every_result(tmp_path):
@@ -35,6 +75,7 @@ def test_the_notebook_runs_and_shows_every_result(tmp_path):
                                 ).execute()
     finally:
         os.environ.pop("MPLBACKEND")
+    assert stray_numbers(nb) == []  # every result is printed; no cell ends in a bare value
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs)
     images = sum("image/png" in o.get("data", {}) for o in outputs)
