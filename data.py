@@ -4,7 +4,8 @@ tokenizers, and train.py's checkpoints.
 
 A dataset is a folder data/<name>/ holding meta.json (the tokenizer, and each shard's file,
 split, token count and sha256) and those shards. prepare.py writes a new one into a temporary
-folder beside it and renames that into place: a reader finds the old dataset or the new one.
+folder beside it and renames that into place: a reader finds the old dataset or the new one (a
+run killed mid-switch leaves the old one beside it, and the first reader puts it back).
 A folder without meta.json holds llm.c / modded-nanogpt FineWeb shards copied in by hand: its
 *_train_*.bin and *_val_*.bin, GPT-2 tokens.
 
@@ -169,6 +170,7 @@ def no_data(data_dir, problem):
 
 def load_meta(data_dir):
     """meta.json of a dataset; for llm.c's shards (no meta.json) what they are: GPT-2 tokens."""
+    put_back(data_dir)
     path = os.path.join(data_dir, "meta.json")
     if not os.path.exists(path):
         return {"tokenizer": "gpt2", "vocab_size": 50257, "eot": 50256}
@@ -185,6 +187,7 @@ def load_meta(data_dir):
 def list_shards(data_dir, split):
     """One split's shard paths ("train" or "val"), in order: those meta.json names, or without
     it every *_<split>_*.bin (llm.c's)."""
+    put_back(data_dir)
     if not os.path.isdir(data_dir):
         raise no_data(data_dir, f"no dataset {data_dir}")
     if not os.path.exists(os.path.join(data_dir, "meta.json")):
@@ -204,6 +207,7 @@ def list_shards(data_dir, split):
 def prepare_default(data_dir, wait=False):
     """The default dataset on first use: `python prepare.py` runs once, as a program (wait: the
     other torchrun processes wait for rank 0's)."""
+    put_back(data_dir)
     for _ in range(600 if wait else 0):
         if os.path.exists(os.path.join(data_dir, "meta.json")):
             break
@@ -214,6 +218,34 @@ def prepare_default(data_dir, wait=False):
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prepare.py")
     if subprocess.run([sys.executable, script, "--quiet"]).returncode != 0:
         raise DataError("python prepare.py failed (see above); run it yourself to see why")
+
+
+def put_back(data_dir):
+    """prepare.py switches a new dataset in with two renames, data_dir -> <name>.tmp<pid>.old,
+    then <name>.tmp<pid> -> data_dir; a run killed between them leaves no data_dir, and the old
+    dataset in its .old: it goes back, by whichever reader or prepare.py comes first."""
+    if not os.path.exists(data_dir):
+        for old in dead_runs(data_dir):
+            if old.endswith(".old"):
+                with contextlib.suppress(OSError):  # another process put it back first
+                    os.replace(old, data_dir)
+
+
+def dead_runs(data_dir):
+    """What prepare.py runs that were killed left beside data_dir: <name>.tmp<pid> (a new
+    dataset, perhaps half written) and <name>.tmp<pid>.old (the one it was replacing)."""
+    return [p for p in glob.glob(glob.escape(os.path.normpath(data_dir)) + ".tmp*")
+            if not alive(p.rpartition(".tmp")[2].removesuffix(".old"))]
+
+
+def alive(pid):
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # someone else's process
+        return True
 
 
 def data_identity(data_dir):

@@ -72,6 +72,7 @@ def prepare(cfg, documents=None):
     split = (by_document(cfg) if many else by_tail(cfg) if isinstance(documents, list)
              else first_tokens())  # FineWeb's stream: its first 100M tokens
     out_dir = os.path.join(cfg.out_root, name)
+    was = made_from(out_dir)  # what this run replaces, if anything: to say so when it differs
     with new_folder(out_dir) as folder:
         shards = {s: Shards(folder, f"{name}_{s}", cfg.shard_size, tok.vocab_size)
                   for s in ("train", "val")}
@@ -98,6 +99,8 @@ def prepare(cfg, documents=None):
         print(f"wrote {out_dir}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val "
               f"tokens, {plural(len(meta['shards']), 'shard')}, {tok.name} (vocab "
               f"{tok.vocab_size}), {meta['seconds']}s")
+        if was and was != made_from(out_dir):  # the same name, other text: one line says so
+            print(f"replaced {out_dir}: was {was}; now {made_from(out_dir)}")
         dataset = name if os.path.normpath(cfg.out_root) == data.DATA_ROOT else out_dir
         print("next: python train.py" + ("" if dataset == data.DEFAULT_DATASET
                                          else f" --dataset={dataset}"))
@@ -183,17 +186,27 @@ class Shards:
             self.n = 0
 
 
+def made_from(out_dir):
+    """What the dataset in out_dir was made from ("texts/ (3 files), 12,345 tokens"), or None."""
+    try:
+        meta = data.load_meta(out_dir)
+        return f"{meta['source']}, {meta['train_tokens'] + meta['val_tokens']:,} tokens"
+    except (data.DataError, KeyError):  # none there, llm.c's shards, or an unreadable one
+        return None
+
+
 class new_folder:
     """with new_folder(out_dir) as folder: write into out_dir.tmp<pid>/, which replaces out_dir
-    only when everything is in it; an error or Ctrl-C removes it, and out_dir stays as it was."""
+    only when everything is in it; an error or Ctrl-C removes it, and out_dir stays as it was (a
+    kill between the switch's two renames leaves it in <tmp>.old, and data.put_back returns it)."""
 
     def __init__(self, out_dir):
         self.out_dir, self.tmp = out_dir, f"{out_dir}.tmp{os.getpid()}"
 
     def __enter__(self):
-        for old in glob.glob(glob.escape(self.out_dir) + ".tmp*"):  # a killed run's
-            if not alive(old.rpartition(".tmp")[2]):
-                shutil.rmtree(old, ignore_errors=True)
+        data.put_back(self.out_dir)  # first, so that the next line never deletes the only copy
+        for old in data.dead_runs(self.out_dir):
+            shutil.rmtree(old, ignore_errors=True)
         os.makedirs(self.tmp)
         return self.tmp
 
@@ -217,16 +230,6 @@ class new_folder:
             raise
         shutil.rmtree(old, ignore_errors=True)
         return False
-
-
-def alive(pid):
-    try:
-        os.kill(int(pid), 0)
-        return True
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:  # someone else's process
-        return True
 
 
 # -----------------------------------------------------------------------------
