@@ -6,8 +6,8 @@ Settings for every script: defaults < preset files < --key=value overrides.
 Each script lists its settings at its top as name=(default, meaning) or name=(default, meaning,
 check); `--help` prints the list. A preset is a file of `key = value` lines, read with
 ast.literal_eval and never executed; a first line `base = "other.py"` builds on another preset
-in the same folder. Every key must be one the script knows, its value of the default's type and
-allowed by the setting's check.
+in the same folder. Every key must be one the script knows (typed once on the command line),
+its value of the default's type and allowed by the setting's check.
 
 Also here, what every script does with its settings: pick the device (--device, --dtype) and run
 as a program (run_main): a user's mistake is one line, a bug in the code shows its traceback.
@@ -110,11 +110,19 @@ def read_preset(path, seen=()):
 
 
 def unknown(key, known, script, preset=None):
-    """The error for a setting the script does not know: the closest known one, or for a preset
-    its first comment line (often what the preset is for: another script's?)."""
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
-    hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(sorted(known))}"
-    if preset and not close:
+    """The error for a setting the script does not know: the known ones it may stand for, or for
+    a preset its first comment line (often what the preset is for: another script's?), or where
+    the list of them all is (a list of all would not fit on one line)."""
+    # what it may stand for: lr or bs by initials, max by a prefix, n_layers by its spelling
+    guesses = [k for k in known if key == "".join(word[:1] for word in k.split("_"))]
+    guesses += [k for k in known if key and k.startswith(key)]
+    guesses += difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
+    guesses = list(dict.fromkeys(guesses))  # each once, in that order
+    hint = f"{'python ' + script if script.endswith('.py') else 'its'} --help lists them"
+    if guesses:
+        *others, last = guesses
+        hint = f"did you mean {', '.join(others) + ' or ' if others else ''}{last}?"
+    elif preset:
         first = next((line for line in open(preset) if line.startswith("#")), "").strip("# \n")
         hint = f"{preset} says: {first!r}" if first else hint
     return ConfigError(f"{preset + ': ' if preset else ''}unknown setting {key} for {script} "
@@ -210,6 +218,21 @@ def given_keys(argv):
     return keys
 
 
+def typed_once(argv):
+    """argv, or a one-line error where it gives a --key twice (the last would win, hiding a typo
+    or an old value left in). A preset's key given again is no repeat: overriding a preset is what
+    --key=value is for. run_main checks the command line as typed; an argv that code builds (a
+    base list, then overrides) may still override, as load_config reads it in order."""
+    seen = {}  # --key: the argument that gave it
+    for arg in argv:
+        if arg.startswith("--"):  # (a plain argument is a preset)
+            key = arg[2:].partition("=")[0]
+            if key in seen:
+                raise ConfigError(f"--{key} is given twice ({seen[key]}, then {arg}): keep one")
+            seen[key] = arg
+    return argv
+
+
 def parse_list(text, cast=str):
     """'128,512' -> [128, 512]; also '(128, 512)', which is how a preset file's tuple arrives."""
     items = [s.strip().strip("'\"") for s in str(text).strip("()[] ").split(",")]
@@ -257,13 +280,16 @@ def setup_device(device="auto", dtype="auto"):
 
 def run_main(main):
     """A script's `__main__`: main(argv), whose int result is the exit status. A user's mistake
-    (UserError, a full disk) is one line on stderr and exit 1; Ctrl-C exits 130; any other
-    error is a bug, ours or a student's, and shows its traceback."""
+    (UserError, a full disk) is one line on stderr and exit 1; Ctrl-C exits 130, after the line
+    main raised KeyboardInterrupt with, if any (what is kept); any other error is a bug, ours or a
+    student's, and shows its traceback."""
     try:
-        status = main(sys.argv[1:])
+        status = main(typed_once(sys.argv[1:]))  # the command line as typed
     except UserError as e:
         sys.exit(f"error: {e}")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # under torchrun every process is stopped: rank 0 says it
+        if e.args and os.environ.get("RANK", "0") == "0":
+            print(f"Ctrl-C: stopped; {e.args[0]}", file=sys.stderr, flush=True)
         sys.exit(130)
     except BrokenPipeError:  # a reader that left early (`train.py --help | head`): quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -23,8 +23,8 @@ SETTINGS = dict(
     start=("", "prompt text, or FILE:path to read it from a file; empty starts a fresh document"),
     num_samples=(10, "samples to print", POSITIVE),
     max_new_tokens=(500, "tokens generated per sample", at_least(0)),
-    temperature=(0.8, "1.0 = the model's distribution, lower = more conservative, 0 = greedy",
-                 at_least(0.0)),
+    temperature=(0.8, "1.0 = the model's distribution, lower = more conservative, 0 = greedy "
+                      "(one sample)", at_least(0.0)),
     top_k=(200, "keep only the k likeliest tokens (None: all)", POSITIVE),
     top_p=(None, "keep the smallest set of tokens whose probability reaches p (None: all)",
            between(1e-9, 1.0)),
@@ -37,7 +37,13 @@ USAGE = "usage: python sample.py [--key=value ...]"
 
 
 def sample(cfg, out=sys.stdout, err=sys.stderr):
-    """Streams cfg.num_samples samples to out, a report to err; returns its numbers (tests)."""
+    """Streams cfg.num_samples samples (at temperature 0 one: greedy) to out, a report to err;
+    returns its numbers (tests)."""
+    if os.path.isfile(cfg.out_dir):  # the checkpoint (or the log) named, not its run's folder
+        folder = os.path.dirname(cfg.out_dir) or "."
+        raise ConfigError(f"--out_dir is the run's folder: use --out_dir={folder}"
+                          if os.path.isfile(os.path.join(folder, "ckpt.pt")) else
+                          f"--out_dir={cfg.out_dir} is a file: name a run's folder (with ckpt.pt)")
     device, dtype, autocast = setup_device(cfg.device, cfg.dtype)
     ckpt = data.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), map_location=device)
     model = GPT.from_checkpoint(ckpt, device)
@@ -63,7 +69,10 @@ def sample(cfg, out=sys.stdout, err=sys.stderr):
     # One sample at a time, so each streams as it is made; one seed makes the run repeatable.
     torch.manual_seed(cfg.seed)
     samples, seconds, cache = [], 0.0, None
-    for _ in range(cfg.num_samples):
+    if cfg.temperature == 0 and cfg.num_samples > 1:  # the likeliest token each time: one text
+        print(f"temperature 0 is greedy decoding: the {cfg.num_samples} samples would all be the "
+              f"same, so one is drawn", file=err)
+    for _ in range(1 if cfg.temperature == 0 else cfg.num_samples):
         print(text, end="", file=out, flush=True)
         new, pending = [], []  # pending: ids of a character whose bytes are not all there yet
         with autocast:  # made under autocast, the cache takes the compute dtype
@@ -102,20 +111,28 @@ def sample(cfg, out=sys.stdout, err=sys.stderr):
 
 def real_words(ckpt, tokenizer, samples, err):
     """The share of the sampled words (runs of letters) that occur in the training text, or None
-    when that text is not here (or no longer in the model's tokens)."""
+    and a line saying why: that text is not here, no longer in the model's tokens, or no word
+    was sampled."""
     data_dir = data.dataset_dir(ckpt["config"]["dataset"])
-    if not os.path.isdir(data_dir) or data.load_meta(data_dir)["tokenizer"] != tokenizer.name:
-        return None
     words = lambda text: re.findall(r"[a-z]+", text.lower())
+    found = words(" ".join(tokenizer.decode([t for t in s if t != tokenizer.eot])
+                           for s in samples))
+    now = os.path.isdir(data_dir) and data.load_meta(data_dir)["tokenizer"]  # False: no folder
+    why = None
+    if now is False:
+        why = f"the training text ({data_dir}) is not here"
+    elif now != tokenizer.name:
+        why = f"{data_dir} now holds {now} tokens, not the model's {tokenizer.name} tokens"
+    elif not found:
+        why = "no word (letters a-z) was sampled"
+    if why:
+        print(f"real words: not counted: {why}", file=err)
+        return None
     known, left = set(), 10_000_000
     for path in data.list_shards(data_dir, "train"):  # up to 10M tokens of it, in all
         tokens = np.asarray(data.read_shard(path)[:left])
         left -= len(tokens)
         known.update(words(tokenizer.decode(tokens[tokens != tokenizer.eot])))
-    found = words(" ".join(tokenizer.decode([t for t in s if t != tokenizer.eot])
-                           for s in samples))
-    if not found:
-        return None
     share, distinct = (sum(w in known for w in ws) / len(ws) for ws in (found, set(found)))
     print(f"real words: {share:.1%} of the {len(found):,} sampled words occur in the training "
           f"text of {data_dir} ({distinct:.1%} of the distinct ones)", file=err)

@@ -41,6 +41,8 @@ SETTINGS = dict(
     overwrite=(False, "start afresh even if out_dir already holds a checkpoint"),
     seed=(1337, "seed of the initial weights and of the order of the training batches",
           between(0, 2**63 - 1 - 4096)),  # (torch's seeds, with a rank added)
+    nudge=(0, "nonzero: move each initial weight one float32 rounding step up or down (a coin "
+              "per weight, seeded by this): the same run with only its rounding changed", COUNT),
     # data
     dataset=(data.DEFAULT_DATASET, "data/<dataset>/ from prepare.py, or a path to such a folder"),
     batch_size=(12, "sequences per micro-step", POSITIVE),
@@ -143,6 +145,12 @@ def train(cfg, given=None):
         torch.manual_seed(cfg.seed)
         vocab = -(-meta["vocab_size"] // 64) * 64  # padded to a multiple of 64: faster matmuls
         raw_model = GPT(GPTConfig.from_dict({**vars(cfg), "vocab_size": vocab}))
+        if cfg.nudge:  # How far does rounding alone move a run? (compare.py's noise floor)
+            coins = torch.Generator().manual_seed(cfg.nudge)
+            with torch.no_grad():
+                for p in raw_model.parameters():  # to the next float up or down, at random
+                    up = torch.rand(p.shape, generator=coins) < 0.5
+                    p.copy_(torch.nextafter(p, torch.where(up, math.inf, -math.inf)))
         if ckpt is not None:
             raw_model.load_state_dict(ckpt["model"])
         raw_model.to(device)  # before AdamW: its state lives where the weights do
@@ -247,7 +255,14 @@ def train(cfg, given=None):
 
 
 def main(argv):
-    train(parse_args(SETTINGS, argv, USAGE, "train.py"), given_keys(argv))
+    cfg = parse_args(SETTINGS, argv, USAGE, "train.py")
+    try:
+        train(cfg, given_keys(argv))
+    except KeyboardInterrupt:  # Ctrl-C: run_main says what is kept and how to go on, exits 130
+        path = os.path.join(cfg.out_dir, "ckpt.pt")  # mmap: reads its step, not its weights
+        at = os.path.exists(path) and torch.load(path, mmap=True, weights_only=True)["iter_num"]
+        raise KeyboardInterrupt(f"{path} (step {at}) is kept: go on with python train.py "
+                                f"--resume --out_dir={cfg.out_dir}" if at else "no checkpoint yet")
 
 
 # -----------------------------------------------------------------------------

@@ -220,6 +220,26 @@ def test_errors(tmp_path):
         run(out_dir, "--temperature=-1")
 
 
+def test_out_dir_naming_the_checkpoint_says_to_name_its_folder(tmp_path):
+    """`--out_dir=out/ckpt.pt` answered 'no checkpoint at out/ckpt.pt/ckpt.pt: train one first,
+    e.g. python train.py --out_dir=out/ckpt.pt'; now: name the run's folder."""
+    out_dir = make_checkpoint(tmp_path / "out")
+    open(os.path.join(out_dir, "log.jsonl"), "w").close()
+    for named in ("ckpt.pt", "log.jsonl"):  # any file of the run: its folder
+        with pytest.raises(configurator.ConfigError) as e:
+            run(os.path.join(out_dir, named))
+        assert str(e.value) == f"--out_dir is the run's folder: use --out_dir={out_dir}"
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a run")
+    with pytest.raises(configurator.ConfigError) as e:
+        run(notes)
+    assert str(e.value) == f"--out_dir={notes} is a file: name a run's folder (with ckpt.pt)"
+    done = subprocess.run([sys.executable, "sample.py", "--out_dir=README.md"], cwd=HERE,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr == (
+        "error: --out_dir=README.md is a file: name a run's folder (with ckpt.pt)\n")
+
+
 def test_command_line_error_is_one_line(tmp_path):
     done = subprocess.run([sys.executable, "sample.py", f"--out_dir={tmp_path}"],
                           capture_output=True, text=True, cwd=HERE)
@@ -302,7 +322,9 @@ def test_real_words_are_not_counted_without_the_training_text_or_in_other_tokens
     checkpoint's tokenizer), and real words are not counted."""
     out, err, result = run(make_checkpoint(tmp_path / "gone"), "--start=ROMEO",
                            "--num_samples=1", "--max_new_tokens=5")
-    assert out.startswith("ROMEO") and result["real_words"] is None and "real words" not in err
+    assert out.startswith("ROMEO") and result["real_words"] is None
+    assert err.endswith(f"\nreal words: not counted: the training text ({tmp_path}/gone/no-data) "
+                        f"is not here\n"), err  # said, not silently left out
     data_dir = tiny_data(tmp_path, ["ROMEO: But soft, what light?\n" * 20])
     meta_path = os.path.join(data_dir, "meta.json")
     meta = json.load(open(meta_path))
@@ -312,7 +334,30 @@ def test_real_words_are_not_counted_without_the_training_text_or_in_other_tokens
     ckpt["config"]["dataset"] = data_dir
     torch.save(ckpt, os.path.join(out_dir, "ckpt.pt"))
     out, err, result = run(out_dir, "--start=ROMEO", "--num_samples=1", "--max_new_tokens=5")
-    assert out.startswith("ROMEO") and result["real_words"] is None and "real words" not in err
+    assert out.startswith("ROMEO") and result["real_words"] is None
+    assert err.endswith(f"\nreal words: not counted: {data_dir} now holds gpt2 tokens, not the "
+                        f"model's byte tokens\n"), err
+
+
+def test_greedy_decoding_draws_one_sample_and_says_why_real_words_are_not_counted(trained,
+                                                                                  monkeypatch):
+    """`--start=FILE:README.md --temperature=0` printed 10 identical samples and no real-words
+    line: temperature 0 is greedy, so one sample is drawn (said once); and whenever the
+    real-words line is not printed, a line says why (here: no word was sampled)."""
+    readme = os.path.join(HERE, "README.md")
+    out, err, result = run(trained, f"--start=FILE:{readme}", "--temperature=0",
+                           "--max_new_tokens=30")
+    assert len(result["tokens"]) == 1 and out.count(SEPARATOR) == 1
+    assert err.count("temperature 0 is greedy decoding: the 10 samples would all be the same, "
+                     "so one is drawn\n") == 1
+    assert len([line for line in err.splitlines() if line.startswith("real words: ")]) == 1
+    _, err, result = run(trained, "--start=x", "--temperature=0", "--num_samples=1",
+                         "--max_new_tokens=5")
+    assert "greedy" not in err and len(result["tokens"]) == 1  # one asked for: nothing to say
+    fake_generation(monkeypatch, list(b"12, 34!\n"))
+    _, err, result = run(trained, "--num_samples=2", "--max_new_tokens=8")
+    assert result["real_words"] is None and len(result["tokens"]) == 2  # sampling: as asked
+    assert err.endswith("\nreal words: not counted: no word (letters a-z) was sampled\n"), err
 
 
 def test_real_words_with_gpt2_tokens(tmp_path, gpt2):

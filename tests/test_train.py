@@ -160,9 +160,9 @@ def test_resume_with_a_different_model_is_a_clear_error(data_dir, tmp_path):
 
 
 def test_ctrl_c_then_resume_ends_on_the_losses_of_an_uninterrupted_run(data_dir, tmp_path):
-    """A real SIGINT to `python train.py` after its first checkpoint: exit 130, no traceback; the
-    last checkpoint is whole, and `--resume` (its settings, only max_iters given) ends on exactly
-    the losses of a run that was never stopped."""
+    """A real SIGINT to `python train.py` after its first checkpoint: exit 130, no traceback but
+    one line on what is kept and how to go on; the last checkpoint is whole, and `--resume` (its
+    settings, only max_iters given) ends on exactly the losses of a run that was never stopped."""
     settings = dict(eval_interval=5, lr_decay_iters=40, dropout=0.1)
     out = tmp_path / "stopped"
     cfg = tiny_cfg(data_dir, out, max_iters=100_000, **settings)  # runs until stopped
@@ -180,8 +180,10 @@ def test_ctrl_c_then_resume_ends_on_the_losses_of_an_uninterrupted_run(data_dir,
         if run.poll() is None:
             run.kill()
             run.wait()
-    assert run.returncode == 130 and stderr == "", stderr[-2000:]
     stop = load(out)["iter_num"]
+    assert run.returncode == 130 and stderr == (
+        f"Ctrl-C: stopped; {out}/ckpt.pt (step {stop}) is kept: go on with python train.py "
+        f"--resume --out_dir={out}\n"), stderr[-2000:]
     assert stop % 5 == 0 and 5 <= stop < 60, stop
     train.main([f"--out_dir={out}", "--resume", "--max_iters=60"])
     straight = tiny_cfg(data_dir, tmp_path / "straight", max_iters=60, **settings)
@@ -554,6 +556,9 @@ def test_torchrun_ctrl_c_then_resume_equals_uninterrupted_run(data_dir, torchrun
     assert launcher.returncode != 0 and "forcefully exiting" not in stderr, stderr[-3000:]
     stop = load(out)["iter_num"]
     assert stop % 5 == 0 and 5 <= stop < 30, stop
+    said = [line for line in stderr.splitlines() if line.startswith("Ctrl-C: ")]
+    assert said == [f"Ctrl-C: stopped; {out}/ckpt.pt (step {stop}) is kept: go on with python "
+                    f"train.py --resume --out_dir={out}"], stderr[-3000:]  # rank 0's only
 
     stdout, ranks = run_recorded(tmp_path, changed(cfg, max_iters=30, resume=True), "resumed")
     assert f"resuming {out}/ckpt.pt at step {stop}" in stdout

@@ -247,6 +247,37 @@ def test_out_dirs_that_cannot_be_folders_and_a_reader_that_leaves_early(data_dir
     assert shell.stdout.startswith("usage: python train.py") and shell.stderr == "", shell.stderr
 
 
+def test_ctrl_c_says_what_is_kept_and_how_to_go_on(tmp_path, monkeypatch, capsys):
+    """Ctrl-C exited 130 without a word on what it kept: now one line on stderr names the
+    checkpoint and the command that continues it, or says there is none yet; under torchrun
+    (every process gets Ctrl-C) only rank 0 says it. The real SIGINT: tests/test_train.py."""
+    def stopped_by_ctrl_c(cfg, given=None):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train, "train", stopped_by_ctrl_c)
+    monkeypatch.chdir(tmp_path)
+
+    def ctrl_c(rank=None):
+        """stderr of `python train.py` (as process `rank` of torchrun's) stopped by Ctrl-C."""
+        if rank is None:
+            monkeypatch.delenv("RANK", raising=False)
+        else:
+            monkeypatch.setenv("RANK", rank)
+        monkeypatch.setattr(sys, "argv", ["train.py"])
+        with pytest.raises(SystemExit) as stopped:
+            configurator.run_main(train.main)
+        out, err = capsys.readouterr()
+        assert stopped.value.code == 130 and out == ""
+        return err
+
+    assert ctrl_c() == "Ctrl-C: stopped; no checkpoint yet\n"
+    os.makedirs("out")
+    torch.save({"iter_num": 500, "model": {"w": torch.zeros(3)}}, "out/ckpt.pt")
+    line = ("Ctrl-C: stopped; out/ckpt.pt (step 500) is kept: go on with python train.py "
+            "--resume --out_dir=out")
+    assert ctrl_c() == ctrl_c("0") == line + "\n" and len(line) <= 100
+    assert ctrl_c("1") == ""
+
+
 # ---- the whole-split loss ----
 
 class Recorder(torch.nn.Module):
