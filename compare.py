@@ -1,34 +1,27 @@
 """
-The paper's comparison, settled with paired statistics: train vanilla, ResFormer and SVFormer on
-the same data with the same seeds (same initial RNG state, same batches) and report, per variant,
-the per-seed difference to vanilla, its mean, a 95% t interval and the wins.
+The paper's comparison, settled with paired statistics: every variant trained on the same data
+with the same seeds (same initial weights, same batches), and per variant the difference to
+vanilla on each seed, its mean, a 95% t interval and the wins.
 
-    # config/compare.py: 3 seeds x (vanilla, ResFormer, SVFormer, ResFormer on 85% of the tokens),
-    # each at its own best peak lr (the preset's lrs, measured by --tune)
+    # config/compare.py: vanilla, ResFormer, the lambda = 2 mix and SVFormer on 3 seeds, each
+    # at its own best peak lr (the preset's lrs, found by --tune)
     python compare.py
-    # the paper's protocol: every variant at one shared lr (the preset's learning_rate)
+    # a class's demo (5-8 min): half the steps, one seed, value embeddings for the official mix
+    python compare.py config/demo.py
+    # the paper's protocol: every variant at one lr (the preset's learning_rate)
     python compare.py --lrs= --out_dir=out-paper
-    # the headline pair (+ ResFormer on 85% of the tokens)
-    python compare.py --modes=vanilla,resformer
-    # a variant with its own settings
-    python compare.py --modes=vanilla,resformer,resformer:n_layer=14
-    python compare.py --sweep="n_layer=4:max_iters=1600,n_layer=16:max_iters=800" \
-        --seeds=1 --less_data=0
-    # the paper's "fewer parameters": a sweep over 3+ sizes adds loss against parameters,
-    # a fitted line per variant and the saving read off it (results.md, params.png)
-    python compare.py --modes=vanilla,resformer --less_data=0 --n_layer=8 \
-        --sweep=n_embd=32,n_embd=48,n_embd=64,n_embd=96
-    python compare.py config/quickstart.py --seeds=1337,42    # any preset, listed seeds
-    # the fair test: each variant's best peak lr (bracketed search on seeds 1, 2), then
-    # ResFormer vs vanilla each at its own best, and both at vanilla's best (the paper's protocol)
-    python compare.py --tune --modes=vanilla,resformer --seeds=3001,3002,3003,3004
+    # your variants and seeds (--seeds=7 is the one seed 7); a variant's own settings after ':'
+    python compare.py --modes=vanilla,resformer,resformer:n_layer=14 --seeds=1337,7,99
+    # each variant's best peak lr first, searched on seeds never reported (--tune_seeds)
+    python compare.py --tune --modes=vanilla,resformer --out_dir=out-tune
+    # the paper's "matches a vanilla model X% larger": vanilla at 3 or more sizes
+    python compare.py --modes=vanilla,vanilla:n_embd=48,vanilla:n_embd=96,resformer
 
-A mode is a value mode with optional suffixes `_learnable` (ResFormer, learned lambdas) and `_kvN`
-(N key/value heads), then optional `:key=value` settings for that variant alone. Every run is
-`python train.py` in its own folder (<mode>_seed<k>/; runs.py); `jobs` runs go side by side, one
-CPU thread each. A finished run is reused; a run that was stopped resumes from its checkpoint:
-run the same command again. Writes results.md, results.json and pictures (with matplotlib) to
-out_dir.
+A variant is a value mode of model.py with optional suffixes _learnable (ResFormer, learned
+lambdas) and _kvN (N key/value heads), then optional :key=value settings for it alone. Every run
+is `python train.py` in its own folder (<variant>_seed<k>/; lab/runs.py), --jobs at a time. The
+same command again reuses finished runs and resumes stopped ones. Writes results.md,
+results.json and (with matplotlib) pictures to out_dir.
 """
 import os
 import platform
@@ -43,8 +36,8 @@ import data
 from configurator import (COUNT, POSITIVE, ConfigError, at_least, between, given_keys,
                           load_config, parse_args, parse_list, plural, run_main)
 from lab import plots, tables
-from lab.analysis import (bracketed, crossing, escape, internals, next_lr, paired_stats,
-                          round_lr)
+from lab.analysis import (FLOOR, bracketed, crossing, escape, internals, next_lr,
+                          paired_stats, round_lr)
 from lab.runs import final_loss, finished, heldout_windows, run_grid
 from model import GPT, VALUE_MODES
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, decay_end
@@ -52,12 +45,17 @@ from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, decay_end
 COMPARE_SETTINGS = dict(
     modes=("vanilla,resformer,svformer",
         "variants to train: a value mode of model.py, then _learnable, _kvN, :key=value"),
-    seeds=("3", "a count (3 seeds from --seed) or a list (1,2,3)"),
+    seeds=("1337,1338,1339", "the seeds to train, a list (7 is seed 7; 1,2,3 three seeds)"),
     less_data=(0.85,
         "also train ResFormer on this share of the tokens (its own schedule); 0 = off",
         between(0.0, 0.999)),
     sweep=("", "comma-separated sets of settings (key=value:key=value) to run every mode at"),
-    jobs=(0, "runs side by side (0 = one per CPU core, or 1 on a GPU)", COUNT),
+    jobs=(0, "runs side by side (0 = the CPU cores / threads, or 1 on a GPU)", COUNT),
+    threads=(1, "CPU threads per run, whatever --jobs: another count rounds differently, so "
+                "the same command prints the same numbers only at the same count", POSITIVE),
+    noise_floor=(1, "on this many of the seeds, also train vanilla with its initial weights "
+                    "nudged one rounding step (train.py --nudge): how far rounding alone moves "
+                    "a run, beside every difference (0 = off)", COUNT),
     plot=("",
         "only plot the log.jsonl of these run folders (e.g. out,out2) into plot_path, then exit"),
     plot_path=("runs.png", "the picture --plot writes, in out_dir"),
@@ -67,7 +65,7 @@ COMPARE_SETTINGS = dict(
                  "own best and (the paper's protocol) all at vanilla's best"),
     tune_lrs=("6e-3,8.5e-3,1.2e-2,1.7e-2,2.4e-2",
               "--tune: starting grid of peak learning rates (min_lr follows the preset's ratio)"),
-    tune_seeds=("1,2,3,4", "--tune: seeds of the search (a count from 1, or a list); never the "
+    tune_seeds=("1,2,3,4", "--tune: the seeds of the search, a list like --seeds; never the "
                            "reported --seeds; 4 so that one seed stalling moves the mean"),
     tune_extend=(4, "--tune: at most this many learning rates added beyond each end of the grid",
                  COUNT),
@@ -122,20 +120,17 @@ def parse_modes(text):
     return modes
 
 
-def parse_seeds(text, first_seed, key="seeds"):
-    """'3' -> three seeds from first_seed; '1,2,3' (or '(1, 2, 3)', as a preset file's tuple
-    arrives) -> those. key: the setting they came from, for the errors."""
+def parse_seeds(text, key="seeds"):
+    """The seeds to train, always a list: '7' -> [7], '1337,1338,1339' -> those (also '7,', and
+    '(1, 2, 3)', as a preset file's tuple arrives). key: the setting they came from, for the
+    errors."""
     parts = [p for p in re.split(r"[,\s()\[\]]+", str(text)) if p]
-    if not parts or not all(p.isdigit() for p in parts):
-        raise ConfigError(f"--{key}={text}: give a count (3) or a list of seeds >= 0 (1,2,3)")
-    if len(parts) == 1 and "," not in str(text):
-        if int(parts[0]) < 1:
-            raise ConfigError(f"--{key}={text}: need at least one seed")
-        if int(parts[0]) > 50:  # surely meant as the seed itself
-            raise ConfigError(f"--{key}={text} asks for {text} seeds: for the one seed {text} "
-                              f"write --{key}={text}, (a list)")
-        return [first_seed + i for i in range(int(parts[0]))]
-    if len(set(parts)) < len(parts):
+    if not parts:
+        raise ConfigError(f"--{key}={text}: need at least one seed, e.g. --{key}=1337,1338,1339")
+    if not all(p.isdigit() for p in parts):
+        raise ConfigError(f"--{key}={text}: seeds are whole numbers >= 0, listed with commas "
+                          f"(--{key}=1337,1338,1339; one seed: --{key}=1337)")
+    if len(set(map(int, parts))) < len(parts):
         raise ConfigError(f"--{key}={text}: a seed is listed twice; list each seed once")
     return [int(p) for p in parts]
 
@@ -201,8 +196,8 @@ def tune_plan(cfg):
                           "rates, e.g. 6e-3,8.5e-3,1.2e-2")
     lowest = start[0] / (start[1] / start[0]) ** cfg["tune_extend"]
     highest = start[-1] * (start[-1] / start[-2]) ** cfg["tune_extend"]
-    seeds = parse_seeds(cfg["tune_seeds"], 1, "tune_seeds")
-    reported = set(parse_seeds(cfg["seeds"], cfg["seed"]))
+    seeds = parse_seeds(cfg["tune_seeds"], "tune_seeds")
+    reported = set(parse_seeds(cfg["seeds"]))
     if reported & set(seeds):
         raise ConfigError(f"--tune_seeds and --seeds share {sorted(reported & set(seeds))}: "
                           "the reported seeds must not be the ones the learning rate was picked on")
@@ -226,7 +221,8 @@ def search_lrs(cfg, modes, root, jobs, samples):
         todo = sum(1 for _, run in grid if not finished(run, run["out_dir"]))
         print(f"lr search, round {round_no}: {len(grid)} runs ({todo} to train) on seeds "
               f"{seeds}", flush=True)
-        summaries, interrupted, failed = run_grid(grid, jobs, samples, quiet_reuse=True,
+        summaries, interrupted, failed = run_grid(grid, jobs, cfg["threads"], samples,
+                                                  quiet_reuse=True,
                                                   left="left in this round")
         if interrupted or failed:
             return None, interrupted, failed
@@ -375,7 +371,10 @@ def main(argv):
                                os.path.join(cfg["out_dir"], cfg["plot_path"]))
         print(f"wrote {path}" if path else "nothing written")
         return 0 if path else 1
-    modes, seeds = parse_modes(cfg["modes"]), parse_seeds(cfg["seeds"], cfg["seed"])
+    if "seed" in given_keys(argv):  # train.py's one seed: here --seeds names every one
+        raise ConfigError("compare.py takes no seed: --seeds lists the seeds to train "
+                          "(--seeds=42 for one, --seeds=42,43,44 for three)")
+    modes, seeds = parse_modes(cfg["modes"]), parse_seeds(cfg["seeds"])
     points = [(p.replace(":", "_"), parse_overrides(p, f"--sweep point {p!r}"))
               for p in parse_list(cfg["sweep"])]
     gaps = parse_list(cfg["gap_steps"], int) or [  # evaluated steps only
@@ -392,20 +391,25 @@ def main(argv):
         tune_plan(cfg)  # a mistake in the search's settings stops here, before any data work
     device = (cfg["device"] if cfg["device"] != "auto"
               else "cuda" if torch.cuda.is_available() else "cpu")
-    jobs = cfg["jobs"] or (1 if device.startswith("cuda") else os.cpu_count() or 1)
+    jobs = cfg["jobs"] or (1 if device.startswith("cuda")
+                           else max(1, (os.cpu_count() or 1) // cfg["threads"]))
     root = cfg["out_dir"]
     os.makedirs(root, exist_ok=True)
     if cfg["dataset"] == TRAIN_SETTINGS["dataset"][0]:
         data.prepare_default(data.dataset_dir(cfg["dataset"]))  # once, not once per run
     # the data's problems (missing, an older layout) in one line now, not once per run
     data_dir = data.dataset_dir(cfg["dataset"])
-    data.load_meta(data_dir)
+    unit = "byte" if data.load_meta(data_dir)["tokenizer"] == "byte" else "token"  # the loss's
     data.list_shards(data_dir, "train")
+    drawing = plots.pyplot(quiet=True)  # without matplotlib, said now: a search can take hours
+    if not drawing:
+        print("pictures: matplotlib is not installed (pip install matplotlib): results.md only",
+              flush=True)
     t_start, search, best = time.time(), None, None
     if cfg["tune"]:
         search, interrupted, failed = search_lrs(cfg, modes, root, jobs, cfg["analysis_samples"])
         if interrupted or failed:
-            return stopped(root) if interrupted else 1
+            return stopped(root) if interrupted else failures(failed)
         best = best_lrs(search)
         capped = [n for n, by_lr in search.items()
                   if not bracketed({lr: np.mean(v) for lr, v in by_lr.items()})]
@@ -420,41 +424,53 @@ def main(argv):
     else:
         modes = add_less_data(own_lrs(modes, cfg), cfg)
         grid = build_grid(cfg, modes, seeds, points or [("", {})], root)
+        if cfg["noise_floor"] and "vanilla" in dict(modes):  # vanilla again, only its rounding
+            floor = [(FLOOR, {**dict(modes)["vanilla"], "nudge": 1})]  # changed: the noise floor
+            grid += build_grid(cfg, floor, seeds[:cfg["noise_floor"]], points or [("", {})], root)
+            grid.sort(key=lambda item: seeds.index(item[0][1]))  # beside its seed's runs
     unique = {}  # a run two protocols share (vanilla at its best lr) trains once
     for key, run in grid:
         unique.setdefault(run["out_dir"], (key, run))
+    floors = sum(1 for (name, _, _), _ in unique.values() if name == FLOOR)
     fair = len(modes) * len(seeds) * (1 if cfg["tune"] else max(len(points), 1))
     shape = (f"{plural(len(modes), 'variant')} x {plural(len(seeds), 'seed')}"
              + (f" x {plural(len(points), 'point')}" if points and not cfg["tune"] else "")
              + (" at their own best lr" if cfg["tune"] else "")
-             + (f", and {len(unique) - fair} at vanilla's best lr: the paper's protocol"
-                if len(unique) > fair else ""))
-    print(f"{plural(len(unique), 'run')} ({shape}), {jobs} at a time, in {root}", flush=True)
-    live = lambda: plots.live_loss(root, grid, cfg["escape_loss"])  # noqa: E731
-    if plots.pyplot(quiet=True):
+             + (f", and {len(unique) - fair - floors} at vanilla's best lr: the paper's protocol"
+                if len(unique) > fair + floors else "")
+             + (f", and vanilla nudged on {plural(floors, 'seed')}: the noise floor"
+                if floors else ""))
+    print(f"{plural(len(unique), 'run')} ({shape}), {jobs} at a time, "
+          f"{plural(cfg['threads'], 'thread')} each, in {root}", flush=True)
+    live = lambda: plots.live_loss(root, grid, cfg["escape_loss"], unit=unit,  # noqa: E731
+                                   less_data=cfg["less_data"])
+    if drawing:
         print(f"the loss picture, redrawn every 30 s while they train: "
               f"{os.path.join(root, 'loss.png')}", flush=True)
-    done, interrupted, failed = run_grid(list(unique.values()), jobs, cfg["analysis_samples"],
+    done, interrupted, failed = run_grid(list(unique.values()), jobs, cfg["threads"],
+                                         cfg["analysis_samples"],
                                          on_progress=live)
     if interrupted:
         return stopped(root)
+    if failed:  # no tables: they would leave the failed variants out as if never asked for
+        return failures(failed, len(unique))
     summaries = {key: done[unique[run["out_dir"]][0]] for key, run in grid
                  if unique[run["out_dir"]][0] in done}
-    names = [n for n, _ in modes]
+    names = [n for n, _ in modes] + [FLOOR]  # (the floor: only where it was trained)
     results = per_mode(summaries, names, seeds, "" if cfg["tune"] or not points else points[0][0],
                        cfg["escape_loss"], gaps)
     sweep = ({p: per_mode(summaries, names, seeds, p, cfg["escape_loss"], gaps)
               for p, _ in points} if points else {})
-    for name, r in results.items():  # the data-efficiency variant says what it is
-        if name.startswith("resformer:max_iters=") and cfg["less_data"]:
-            r["note"] = f"{cfg['less_data']:.0%} of the tokens"
+    for name, r in results.items():  # the data-efficiency variant and the floor say what they are
+        if plots.note(name, cfg["less_data"]):
+            r["note"] = plots.note(name, cfg["less_data"])
     reused = sum(1 for s in done.values() if s.get("reused"))
     given = sorted(given_keys(argv[1:] if argv and argv[0] == DEFAULT_PRESET else argv))
     info = {"command": "python compare.py" + "".join(" " + a for a in argv if a != DEFAULT_PRESET),
-            "seeds": seeds, "hardware": hardware(device), "jobs": jobs,
+            "seeds": seeds, "hardware": hardware(device), "jobs": jobs, "threads": cfg["threads"],
             "wall_min": (time.time() - t_start) / 60,
             "runs": len(unique), "reused": reused, "given": given,
-            "escape_loss": cfg["escape_loss"]}
+            "escape_loss": cfg["escape_loss"], "unit": unit}
     if not search:  # what every table describes: each variant's peak lr, and which point
         first = points[0][1] if points else {}  # (a variant's own settings win over a point's)
         info["peak_lrs"] = {n: o.get("learning_rate", first.get("learning_rate",
@@ -463,15 +479,24 @@ def main(argv):
         info["point"] = points[0][0] if points else None
         info["own_lrs"] = bool(parse_list(cfg["lrs"]))  # each variant's lr named (--lrs)
     if search:
-        info.update(tune_seeds=parse_seeds(cfg["tune_seeds"], 1), best_lrs=best)
+        info.update(tune_seeds=parse_seeds(cfg["tune_seeds"], "tune_seeds"), best_lrs=best)
     tables.write_tables(root, results, sweep, info, search)
     pictures = plots.write_all(root, results, sweep,
                                attention_map_data(grid, summaries, list(results)), search,
-                               cfg["escape_loss"])
+                               cfg["escape_loss"], unit=unit)
     print(open(os.path.join(root, "results.md")).read())
     print("wrote " + ", ".join([os.path.join(root, "results.md"),
                                 os.path.join(root, "results.json")] + pictures))
-    return 1 if failed else 0
+    return 0
+
+
+def failures(failed, total=None):
+    """The last line when runs failed, each having said why as it failed; exit status 1."""
+    print((f"{len(failed)} of {plural(total, 'run')}" if total else
+           f"{plural(len(failed), 'run')} of the learning-rate search") + " failed (" +
+          ", ".join(os.path.basename(run) for run in failed) + "): fix it and run the same "
+          "command again; finished runs are reused", flush=True)
+    return 1
 
 
 def stopped(root):

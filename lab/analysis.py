@@ -38,10 +38,26 @@ def paired_stats(differences):
     return out
 
 
-def verdict(stats):
-    """One computed sentence: beyond noise only when the 95% interval excludes 0."""
+# Vanilla again with each initial weight moved one float32 rounding step (train.py --nudge): the
+# same seed, the same batches, only the rounding changed. Its difference to vanilla is how far
+# rounding alone moves a run (another CPU or thread count does as much): the noise floor.
+FLOOR = "vanilla:nudge=1"
+
+
+def noise_floor(results):
+    """The largest |nudged - vanilla| final loss over the floor's seeds; None without it."""
+    p = results.get(FLOOR, {}).get("paired")
+    return max(abs(d) for d in p["differences"]) if p else None
+
+
+def verdict(stats, floor=None):
+    """One computed sentence: beyond noise only when the 95% interval excludes 0 and the mean
+    is larger than what rounding alone did (floor)."""
+    within = floor is not None and abs(stats["mean"]) <= floor
     if stats["interval"] is None:
-        return "one seed: no interval"
+        return "one seed: no interval" + (", within the rounding floor" if within else "")
+    if within:
+        return f"within the rounding floor (±{floor:.4f}): not a result"
     lo, hi = stats["interval"]
     if hi < 0:
         return "below vanilla, beyond noise (the 95% interval excludes 0)"
@@ -160,7 +176,7 @@ def vanilla_curve(results):
     a, b = fit(every)
     placed = {}
     for name, r in results.items():
-        if name in sizes or not set(seeds) <= set(r["seeds"]):
+        if name in sizes or name == FLOOR or not set(seeds) <= set(r["seeds"]):
             continue
         x = larger(r, every, (a, b))
         boot = sorted(v for v in (larger(r, c, line) for c, line in zip(draws, lines))

@@ -13,7 +13,12 @@ from model import VALUE_MODES
 
 from .runs import read_log
 
-from .analysis import bracketed, mixing_by_layer, size_sweep, vanilla_curve
+from .analysis import FLOOR, bracketed, escape, mixing_by_layer, size_sweep, vanilla_curve
+
+# what the difference panels draw as a grey band around 0 (analysis.FLOOR's runs)
+FLOOR_LABEL = "rounding alone (vanilla nudged one float32 step): the noise floor"
+# sizes that stay readable on a projector: text >= 10 points, curves >= 2 points wide
+TEXT, SMALL, LINE = 11, 10, 2.0
 
 
 def label(name, note=None):
@@ -54,14 +59,35 @@ def pyplot(quiet=False):
 
 
 def save(plt, fig, path):
+    """Grid, readable text sizes, each axes' legend outside it (to the right: a legend never
+    covers a line), the figure widened by the widest legend so the axes keep their room."""
     for ax in fig.axes:
         ax.grid(alpha=0.3)
-        if ax.get_legend() is None and ax.get_legend_handles_labels()[0]:  # unless placed
-            ax.legend(fontsize=8, framealpha=0.9)
+        ax.tick_params(labelsize=SMALL)
+        for text in (ax.xaxis.label, ax.yaxis.label):
+            text.set_fontsize(max(text.get_fontsize(), SMALL))
+        ax.title.set_fontsize(max(ax.title.get_fontsize(), TEXT))
+    legend_outside(fig)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def legend_outside(fig, width=34):
+    """Each axes' legend right of its axes, its entries wrapped to `width` characters, and the
+    figure widened by the widest legend."""
+    widest = 0.0
+    for ax in fig.axes:
+        handles, labels = ax.get_legend_handles_labels()
+        if not handles:
+            continue
+        legend = ax.legend(handles, [textwrap.fill(text, width) for text in labels],
+                           loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0,
+                           fontsize=SMALL, frameon=False, labelspacing=0.6)
+        widest = max(widest, legend.get_window_extent(fig.canvas.get_renderer()).width)
+    if widest:
+        fig.set_figwidth(fig.get_figwidth() + widest / fig.dpi + 0.2)
 
 
 def token_units(x, _=None):
@@ -83,13 +109,16 @@ def layer_axis(plt, ax, n_layer):
     ax.set_xticks(range(1, n_layer + 1))
 
 
-def write_all(root, results, sweep, maps, search=None, escape_loss=0.0):
-    """Every picture compare.py makes; returns the paths written."""
+def write_all(root, results, sweep, maps, search=None, escape_loss=0.0, unit="token"):
+    """Every picture compare.py makes; returns the paths written. unit: what the loss is per
+    (nats per "byte" for the byte tokenizer, else per "token"). The noise floor's runs
+    (analysis.FLOOR: vanilla again) are the grey band of the difference panels, not a variant."""
     plt = pyplot()
     if plt is None:
         return []
-    written = [loss_figure(plt, root, results, escape_loss)]
-    written += [lr_figure(plt, root, search)] if search else []
+    written = [loss_figure(plt, root, results, escape_loss, unit=unit)]
+    written += [lr_figure(plt, root, search, unit)] if search else []
+    variants = {n: r for n, r in results.items() if n != FLOOR}
     # each band stays inside what the measure can be: entropy >= 0, a cosine in [-1, 1]
     for key, ylabel, note, (low, high) in (
             ("attention_entropy",
@@ -98,18 +127,18 @@ def write_all(root, results, sweep, maps, search=None, escape_loss=0.0):
             ("similarity", "how alike the tokens' hidden states are\n(mean pairwise cosine)",
              "higher = tokens more alike, over-smoothed", (-1, 1))):
         fig, ax = plt.subplots(figsize=(6, 4))
-        for name, r in results.items():
+        for name, r in variants.items():
             layers, mean, std = (np.arange(1, len(r[key]) + 1), np.array(r[key]),
                                  np.array(r[key + "_std"]))
-            line, = ax.plot(layers, mean, marker="o", ms=3, label=label(name, r.get("note")))
+            line, = ax.plot(layers, mean, marker="o", ms=4, lw=LINE,
+                            label=label(name, r.get("note")))
             ax.fill_between(layers, np.clip(mean - std, low, high), np.clip(mean + std, low, high),
                             color=line.get_color(), alpha=0.15)
-        layer_axis(plt, ax, max(len(r[key]) for r in results.values()))
+        layer_axis(plt, ax, max(len(r[key]) for r in variants.values()))
         title = f"{key.replace('_', ' ').capitalize()} per layer: {note} (band: ±1 std, seeds)"
-        ax.set(ylabel=ylabel, title="\n".join(textwrap.wrap(title, 70)))
-        ax.title.set_fontsize(9)
+        ax.set(ylabel=ylabel, title="\n".join(textwrap.wrap(title, 56)))
         written.append(save(plt, fig, os.path.join(root, f"{key}.png")))
-    learned = {n: mixing_by_layer(r["mixing"]) for n, r in results.items() if r.get("mixing")}
+    learned = {n: mixing_by_layer(r["mixing"]) for n, r in variants.items() if r.get("mixing")}
     if learned:
         fig, ax = plt.subplots(figsize=(6, 4))
         for name, kinds in learned.items():
@@ -118,121 +147,198 @@ def write_all(root, results, sweep, maps, search=None, escape_loss=0.0):
                 values = np.array([by_layer[layer] for layer in layers])
                 for i in range(values.shape[1]):
                     part = f"[{i}]" if values.shape[1] > 1 else ""
-                    ax.plot(layers, values[:, i], marker="os^v"[i % 4],
+                    ax.plot(layers, values[:, i], marker="os^v"[i % 4], lw=LINE,
                             label=f"{label(name)}: {kind}{part}")
-        ax.axhline(0.5, color="gray", ls="--", lw=1, label="the start: 0.5")
+        ax.axhline(0.5, color="gray", ls="--", lw=1.5, label="the start: 0.5")
         layer_axis(plt, ax, max(max(b) for k in learned.values() for b in k.values()))
         ax.set(ylabel="learned value", title="Learned mixing weights by layer (mean over seeds)")
-        ax.legend(fontsize=7)
         written.append(save(plt, fig, os.path.join(root, "mixing.png")))
     paired = any("paired" in r for p in sweep.values() for r in p.values())
     if paired and not search:  # under --tune the one "point" is the paper's protocol: a table
-        written.append(sweep_figure(plt, root, sweep))
-    if size_sweep(sweep):
-        written.append(size_figure(plt, root, sweep))
+        written.append(sweep_figure(plt, root, sweep, unit))
+    if any(n != FLOOR for n in size_sweep(sweep)):
+        written.append(size_figure(plt, root, sweep, unit))
     if vanilla_curve(results):
-        written.append(curve_figure(plt, root, results))
+        written.append(curve_figure(plt, root, results, unit))
     if maps:
         written.append(attention_maps(plt, root, maps))
     return written
 
 
-def loss_figure(plt, root, results, escape_loss=0.0, path=None):
-    """Val loss against steps (mean over seeds, min-max band; a triangle where the variant left
-    the early plateau, on average), and with vanilla a second panel: the paired difference to
-    vanilla at each evaluation, so close curves stay readable. Axes start where the curves
-    compare: the first evaluations (loss 4-7, before the plateau) would squash the rest."""
+def seed_gaps(r, base):
+    """(steps, [seed][step]) of a variant's per-seed differences to vanilla on the same seed,
+    at the evaluations both have (a shorter variant: its own steps); None without a shared
+    seed."""
+    n = min(len(r["steps"]), len(base["steps"]))
+    if list(r["steps"][:n]) != list(base["steps"][:n]):
+        return None
+    gaps = [np.array(r["curves"][i][:n]) - np.array(base["curves"][base["seeds"].index(s)][:n])
+            for i, s in enumerate(r["seeds"]) if s in base["seeds"]]
+    return (np.array(r["steps"][:n]), np.array(gaps)) if gaps else None
+
+
+def floor_band(results):
+    """(steps, half-width) of the noise floor: at each evaluation the largest |nudged vanilla -
+    vanilla| over the floor's seeds (analysis.FLOOR, the same seed); None without its runs."""
+    if FLOOR not in results or "vanilla" not in results:
+        return None
+    gaps = seed_gaps(results[FLOOR], results["vanilla"])
+    return (gaps[0], np.abs(gaps[1]).max(0)) if gaps else None
+
+
+def seeds_said(results):
+    """What the top panel's lines and bands are over: a band only where 2+ seeds make one."""
+    counts = {len(r["seeds"]) for r in results.values()}
+    if max(counts) == 1:
+        return "one seed"
+    if min(counts) == 1:
+        return "mean over seeds, band = min-max where 2+ seeds"
+    return (f"mean over {min(counts)} seeds" if len(counts) == 1 else "mean over seeds") + \
+        ", band = min-max"
+
+
+def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
+    """Val loss against steps (mean over seeds, min-max band with 2+ seeds; a triangle where the
+    variant left the early plateau, on average), and with vanilla a second panel: the paired
+    difference to vanilla at each evaluation (bold: the mean, thin: each seed), so close
+    curves stay readable, around a grey band: how far rounding alone moved vanilla (the noise
+    floor, analysis.FLOOR's runs; not a line of its own: it is vanilla again). Axes start where
+    the curves compare: the first evaluations (loss 4-7, before the plateau) would squash the
+    rest. unit: the loss is in nats per byte or per token."""
     base = results.get("vanilla")
+    variants = {n: r for n, r in results.items() if n != FLOOR} or results  # (the floor alone)
     if base is None:
-        fig, top = plt.subplots(figsize=(7, 4.2))
+        fig, top = plt.subplots(figsize=(8, 4.8))
         bottom = None
     else:
-        fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6.8), sharex=True,
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7.6), sharex=True,
                                           gridspec_kw={"height_ratios": [3, 2]})
-    shown, gaps, escape_marked = [], [], False
-    for name, r in results.items():
+    shown, gaps, colors = [], [], {}
+    for name, r in variants.items():
         steps, curves = np.array(r["steps"]), np.array(r["curves"])
         keep = steps > 0  # step 0 (loss ~ log vocab) would flatten everything else
         left = [e[0] for e in r.get("escape", []) if e]
         stalled = escape_loss and len(left) < len(r.get("escape", []))  # say so in the legend
         stalled = (f" (left the plateau on {len(left)} of {len(r['escape'])} seeds)"
                    if stalled else "")
-        line, = top.plot(steps[keep], curves.mean(0)[keep], marker="o", ms=2,
+        line, = top.plot(steps[keep], curves.mean(0)[keep], marker="o", ms=3, lw=LINE,
                          label=label(name, r.get("note")) + stalled)
-        top.fill_between(steps[keep], curves.min(0)[keep], curves.max(0)[keep],
-                         color=line.get_color(), alpha=0.2)
+        colors[name] = line.get_color()
+        if len(curves) > 1:
+            top.fill_between(steps[keep], curves.min(0)[keep], curves.max(0)[keep],
+                             color=line.get_color(), alpha=0.2)
         past = slice(2 if keep.sum() > 4 else 0, None)  # the y-range holds the band, all seeds
         shown += [curves.min(0)[keep][past], curves.max(0)[keep][past]]
-        if escape_loss and left:  # one legend entry explains every triangle
-            top.plot([np.mean(left)], [escape_loss], marker="v", ms=9, color=line.get_color(),
-                     ls="none", label=None if escape_marked else
+    marked = False
+    for name, r in variants.items():  # one legend entry explains every triangle
+        left = [e[0] for e in r.get("escape", []) if e]
+        if escape_loss and left:
+            top.plot([np.mean(left)], [escape_loss], marker="v", ms=10, color=colors[name],
+                     ls="none", label=None if marked else
                      "leaves the plateau (mean step of the seeds that left)")
-            escape_marked = True
-        if base is not None and name != "vanilla":
-            n = min(len(steps), len(base["steps"]))  # a shorter variant: its own steps
-            paired = [np.array(r["curves"][i][:n])
-                      - np.array(base["curves"][base["seeds"].index(s)][:n])
-                      for i, s in enumerate(r["seeds"])
-                      if s in base["seeds"] and list(r["steps"][:n]) == list(base["steps"][:n])]
-            if paired:
-                gap = np.array(paired).mean(0)[keep[:n]]
-                bottom.plot(steps[:n][keep[:n]], gap, marker="o", ms=2, color=line.get_color(),
-                            label=label(name, r.get("note")))
-                gaps.append(gap)
+            marked = True
     values = np.concatenate(shown)
     low, high = values.min(), values.max()
     if escape_loss and low <= escape_loss <= high:
-        top.axhline(escape_loss, color="gray", ls=":", lw=1)
+        top.axhline(escape_loss, color="gray", ls=":", lw=1.5)
     if high > low:
         top.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
-    top.legend(fontsize=8, framealpha=0.9, loc="best")
-    top.set(ylabel="val loss (nats per token)",
-            title="Val loss (fixed windows; mean over seeds, band = min-max; lower is better)")
+    top.set(ylabel=f"val loss (nats per {unit})",
+            title=f"Val loss (fixed windows; {seeds_said(variants)}; lower is better)")
     per_step = next(iter(results.values())).get("tokens_per_step")
     (bottom or top).set_xlabel(f"step ({per_step:,} tokens each)" if per_step else "step")
     if bottom is not None:
-        bottom.axhline(0, color="black", lw=0.8)
-        if gaps:  # each curve's 2nd to 98th percentile (its nearest points, not interpolated
-            # toward an outlier): one early outlier per variant must not flatten the rest
-            low = min(0, *(np.percentile(g, 2, method="nearest") for g in gaps))
-            high = max(0, *(np.percentile(g, 98, method="nearest") for g in gaps))
-            if high > low:
-                bottom.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
-        bottom.set(ylabel="minus vanilla (same seed)",
-                   title="Difference to vanilla, mean of per-seed differences (below 0 = better)")
-    for ax in fig.axes:
-        ax.title.set_fontsize(9)
+        several = False
+        for name, r in variants.items():
+            paired = seed_gaps(r, base) if name != "vanilla" else None
+            if paired is None:
+                continue
+            steps, per_seed = paired
+            keep = steps > 0
+            gap = per_seed.mean(0)[keep]
+            bottom.plot(steps[keep], gap, marker="o", ms=3, lw=2.5, color=colors[name],
+                        label=label(name, r.get("note")), zorder=3)
+            gaps.append(gap)
+            if len(per_seed) > 1:  # the spread: each seed's own difference, thin
+                several = True
+                for seed_gap in per_seed:
+                    bottom.plot(steps[keep], seed_gap[keep], lw=1, alpha=0.5,
+                                color=colors[name], zorder=2)
+                    gaps.append(seed_gap[keep])
+        if several:  # one legend entry for all thin lines (drawn after the variants)
+            bottom.plot([], [], lw=1, alpha=0.6, color="0.3", label="thin lines: each seed")
+        bottom.axhline(0, color="black", lw=1.2)
+        band = floor_band(results)
+        floor_high = 0.0
+        if band is not None:
+            steps, half = band
+            keep = steps > 0
+            bottom.fill_between(steps[keep], -half[keep], half[keep], color="0.55", alpha=0.35,
+                                lw=0, zorder=1, label=f"{FLOOR_LABEL}, at most "
+                                f"±{half[keep].max() if keep.any() else 0:.2g}")
+            past = slice(2 if keep.sum() > 4 else 0, None)  # as the top panel's range
+            floor_high = half[keep][past].max() if keep.any() else 0.0
+        # each curve's 2nd to 98th percentile (its nearest points, not interpolated toward an
+        # outlier): one early outlier per variant must not flatten the rest; the floor's band
+        # is always inside
+        low = min(0, -floor_high, *(np.percentile(g, 2, method="nearest") for g in gaps))
+        high = max(0, floor_high, *(np.percentile(g, 98, method="nearest") for g in gaps))
+        if high > low:
+            bottom.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
+        said = ((["bold = mean, thin = each seed"] if several else ["one seed"] if gaps else [])
+                + (["grey = the noise floor"] if band else []))
+        title = "Difference to vanilla on the same seed (below 0 = better)" + (
+            "\n" + "; ".join(said) if said else "")
+        bottom.set(ylabel=f"minus vanilla (nats per {unit})",
+                   title=title)
     return save(plt, fig, path or os.path.join(root, "loss.png"))
 
 
-def live_loss(root, grid, escape_loss=0.0):
+def note(name, less_data=0.0):
+    """The note compare.py gives a variant in the pictures (label's note): the data-efficiency
+    variant's share of the tokens, the noise floor's run; None for the others."""
+    if name.startswith("resformer:max_iters=") and less_data:
+        return f"{less_data:.0%} of the tokens"
+    return "nudged one rounding step: the noise floor" if name == FLOOR else None
+
+
+def live_loss(root, grid, escape_loss=0.0, unit="token", less_data=0.0):
     """loss.png redrawn from the logs of the runs so far (compare.py calls it every 30 s while
     they train): each variant over the seeds that have started, up to the step all of them
-    reached. Written to a temporary file and renamed, so a viewer never sees half a picture."""
+    reached, with the final picture's triangles (each run's escape, on the steps drawn), notes,
+    units and noise floor (once its run has evaluations). Written to a temporary file and
+    renamed, so a viewer never sees half a picture."""
     plt = pyplot(quiet=True)
-    results = {}
+    runs, per_step = {}, None
     for (name, seed, point), cfg in grid:
         if point != grid[0][0][2]:  # a sweep: its first point, as the final picture
             continue
-        evals = [r for r in read_log(cfg["out_dir"]) if r["kind"] == "eval"]
+        log = read_log(cfg["out_dir"])
+        evals = [r for r in log if r["kind"] == "eval"]
         if len(evals) >= 2:
-            r = results.setdefault(name, {"seeds": [], "curves": [], "steps": None})
-            r["seeds"].append(seed)
-            r["curves"].append([e["val_loss"] for e in evals])
-            r["steps"] = [e["iter"] for e in evals] if r["steps"] is None or len(evals) > len(
-                r["steps"]) else r["steps"]
-    if plt is None or not results:
+            runs.setdefault(name, []).append((seed, evals))
+            per_step = per_step or next((r.get("tokens_per_step") for r in log
+                                         if r["kind"] == "config"), None)
+    if plt is None or not runs or all(name == FLOOR for name in runs):
         return None
-    for r in results.values():
-        n = min(map(len, r["curves"]))
-        r["curves"], r["steps"] = [c[:n] for c in r["curves"]], r["steps"][:n]
+    results = {}
+    for name, seeded in runs.items():
+        n = min(len(evals) for _, evals in seeded)
+        r = results[name] = {"seeds": [seed for seed, _ in seeded],
+                             "steps": [e["iter"] for e in seeded[0][1][:n]],
+                             "curves": [[e["val_loss"] for e in evals[:n]] for _, evals in seeded],
+                             "tokens_per_step": per_step}
+        if escape_loss:
+            r["escape"] = [escape(evals[:n], escape_loss) for _, evals in seeded]
+        if note(name, less_data):
+            r["note"] = note(name, less_data)
     tmp = os.path.join(root, "loss.live.png")
-    loss_figure(plt, root, results, escape_loss, path=tmp)
+    loss_figure(plt, root, results, escape_loss, path=tmp, unit=unit)
     os.replace(tmp, os.path.join(root, "loss.png"))
     return os.path.join(root, "loss.png")
 
 
-def lr_figure(plt, root, search):
+def lr_figure(plt, root, search, unit="token"):
     """Final val loss against peak learning rate per variant (compare.py --tune): each search
     seed a dot, the mean a line, the best lr a ring. A diverged run is drawn at the top edge."""
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -244,7 +350,7 @@ def lr_figure(plt, root, search):
         for lr in lrs:
             ax.scatter([lr] * len(by_lr[lr]), np.minimum(by_lr[lr], ceiling), s=12,
                        color=f"C{k}", alpha=0.5)
-        ax.plot(lrs, np.minimum(means, ceiling), color=f"C{k}",
+        ax.plot(lrs, np.minimum(means, ceiling), color=f"C{k}", lw=LINE,
                 label=f"{label(name)} (dots: seeds)")
         best = lrs[int(np.argmin(means))]
         edge = not bracketed(dict(zip(lrs, means)))  # the lowest point at the grid's edge
@@ -253,7 +359,8 @@ def lr_figure(plt, root, search):
                        f"lowest at the grid's edge, {best:g} (not bracketed)" if edge
                        else f"best {best:g}"))
     ax.set_xscale("log")
-    ax.set(xlabel="peak learning rate (log scale)", ylabel="final val loss (whole split)",
+    ax.set(xlabel="peak learning rate (log scale)",
+           ylabel=f"final val loss (nats per {unit},\nwhole split)",
            title="Learning-rate search: each variant's U-curve")
     return save(plt, fig, os.path.join(root, "lr_search.png"))
 
@@ -270,12 +377,21 @@ def point_label(point):
     return "\n".join(lines + (["_".join(key)] if key else []))
 
 
-def sweep_figure(plt, root, sweep):
+def sweep_figure(plt, root, sweep, unit="token"):
     """Paired difference to vanilla at each sweep point: each seed as a dot, the mean as a line,
-    and the 95% interval where there are 3 seeds or more (with 2 it spans t = 12.7 errors)."""
+    and the 95% interval where there are 3 seeds or more (with 2 it spans t = 12.7 errors); the
+    noise floor (analysis.FLOOR's runs) as a grey band around 0 at the points that have it."""
     fig, ax = plt.subplots(figsize=(6, 4))
     points = list(sweep)
-    names = sorted({n for p in sweep.values() for n, r in p.items() if "paired" in r})
+    names = sorted({n for p in sweep.values() for n, r in p.items()
+                    if "paired" in r and n != FLOOR})
+    for i, point in enumerate(points):  # the largest |nudged - vanilla| over the floor's seeds
+        floor = sweep[point].get(FLOOR, {}).get("paired")
+        if floor:
+            half = max(abs(d) for d in floor["differences"])
+            ax.fill_between([i - 0.3, i + 0.3], -half, half, color="0.55", alpha=0.35, lw=0,
+                            label=None if any(c.get_label() == FLOOR_LABEL
+                                              for c in ax.collections) else FLOOR_LABEL)
     for k, name in enumerate(names):
         xs, means, errs = [], [], []
         for i, point in enumerate(points):
@@ -287,20 +403,21 @@ def sweep_figure(plt, root, sweep):
                 means.append(p["mean"])
                 errs.append(p["interval"][1] - p["mean"] if p["n"] >= 3 else 0)
                 ax.scatter([x] * p["n"], p["differences"], s=12, color=f"C{k}", alpha=0.5)
-        ax.errorbar(xs, means, yerr=errs, marker="o", capsize=3, color=f"C{k}",
+        ax.errorbar(xs, means, yerr=errs, marker="o", capsize=3, color=f"C{k}", lw=LINE,
                     label=f"{name} (dots: seeds; line: mean)")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(range(len(points)))
-    ax.set_xticklabels([point_label(p) for p in points], fontsize=8)
-    ax.set(ylabel="val loss minus vanilla (below 0 = better)",
+    ax.set_xticklabels([point_label(p) for p in points], fontsize=SMALL)
+    ax.set(ylabel=f"val loss minus vanilla\n(nats per {unit}; below 0 = better)",
            title="Gain over vanilla across the sweep")
     return save(plt, fig, os.path.join(root, "sweep.png"))
 
 
-def size_figure(plt, root, sweep):
+def size_figure(plt, root, sweep, unit="token"):
     """Final loss against parameter count: each seed as a dot, the fitted line per variant
-    (analysis.param_saving), the saving at the middle size in the legend."""
-    fits = size_sweep(sweep)
+    (analysis.param_saving), the saving at the middle size in the legend (not the noise floor's
+    runs: vanilla again)."""
+    fits = {n: f for n, f in size_sweep(sweep).items() if n != FLOOR}
     fig, ax = plt.subplots(figsize=(6, 4))
     for k, name in enumerate(["vanilla"] + list(fits)):
         points = [p[name] for p in sweep.values() if name in p]
@@ -321,16 +438,14 @@ def size_figure(plt, root, sweep):
             lo, hi = f["interval"]
             label = (f"{name}: {100 * f['saving']:.1f}% fewer parameters "
                      f"[{100 * lo:.1f}, {100 * hi:.1f}]")
-        ax.plot(params, a + b * np.log(params), color=f"C{k}", label=label)
+        ax.plot(params, a + b * np.log(params), color=f"C{k}", lw=LINE, label=label)
     ax.set_xscale("log")
-    low, high = ax.get_ylim()
-    ax.set_ylim(low, high + 0.3 * (high - low))  # room for the legend above the dots
-    ax.set(xlabel="parameters", ylabel="final val loss",
+    ax.set(xlabel="parameters", ylabel=f"final val loss (nats per {unit})",
            title="Loss against model size (lines: loss = a + b ln params)")
     return save(plt, fig, os.path.join(root, "params.png"))
 
 
-def curve_figure(plt, root, results):
+def curve_figure(plt, root, results, unit="token"):
     """The paper's measure as a picture: vanilla's final loss at each size (dots: seeds), the
     line through them, and each variant at its own parameters with an arrow along the line to
     the vanilla size that matches it."""
@@ -342,23 +457,23 @@ def curve_figure(plt, root, results):
         ax.scatter([r["num_params"]] * len(r["val_loss"]), r["val_loss"], s=10, color="gray",
                    alpha=0.5)
     span = np.geomspace(min(sizes.values()) / 1.15, max(sizes.values()) * 1.15, 50)
-    ax.plot(span, a + b * np.log(span), color="black", lw=1.2,
+    ax.plot(span, a + b * np.log(span), color="black", lw=LINE,
             label=f"vanilla, {len(sizes)} sizes (dots: seeds)")
-    for k, (name, p) in enumerate(curve["placed"].items()):
+    placed = {n: p for n, p in curve["placed"].items() if n != FLOOR}  # (analysis skips it too)
+    for k, (name, p) in enumerate(placed.items()):
         loss = results[name]["val_loss_mean"]
         text = label(name, results[name].get("note")) + ("" if p["larger"] is None else
                               f": as good as a vanilla model {abs(100 * p['larger']):.0f}% "
                               f"{'larger' if p['larger'] >= 0 else 'smaller'}")
-        ax.scatter([p["num_params"]], [loss], s=40, color=f"C{k}", zorder=3, label=text)
+        ax.scatter([p["num_params"]], [loss], s=60, color=f"C{k}", zorder=3, label=text)
         if p["matched_params"]:
             ax.annotate("", (p["matched_params"], loss), (p["num_params"], loss),
-                        arrowprops=dict(arrowstyle="->", color=f"C{k}", lw=1))
+                        arrowprops=dict(arrowstyle="->", color=f"C{k}", lw=LINE))
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(token_units)
     ax.xaxis.set_minor_formatter(lambda x, _: token_units(x) if str(x)[0] in "2468" else "")
-    ax.set(xlabel="parameters (total)", ylabel="final val loss (whole split)",
+    ax.set(xlabel="parameters (total)", ylabel=f"final val loss (nats per {unit},\nwhole split)",
            title="Each variant on vanilla's loss-against-size line")
-    ax.legend(fontsize=8, loc="upper right")
     return save(plt, fig, os.path.join(root, "size_curve.png"))
 
 

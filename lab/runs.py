@@ -1,10 +1,11 @@
 """
-compare.py's runs: each is `python train.py` in its own folder, `jobs` side by side (one CPU
-thread each), a finished run reused, a stopped one resumed from its checkpoint; and summary.json,
+compare.py's runs: each is `python train.py` in its own folder, `jobs` side by side (each on
+a fixed number of CPU threads), a finished run reused, a stopped one resumed from its checkpoint; and summary.json,
 a finished run's numbers with the analysis of its final model (analysis.analyse).
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 
 import data
+from configurator import plural
 from model import GPT
 
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
@@ -59,18 +61,28 @@ def last_step(run_dir, with_loss=False):
 
 def progress(todo, running, timing, jobs, left="left", so_far=None):
     """' (4.1 min so far, about 12 min left; running: vanilla_seed1 at 400/800, ...)': so_far,
-    the time left at the finished runs' pace (seconds per step, side by side) and where the
-    running ones are; '' when there is nothing to say."""
+    the time left and where the running runs are; '' when there is nothing to say.
+    The time left is one measure wherever it is said, so it moves only as the runs do: the
+    seconds per step of every run so far, running ones included (timing: the finished runs'
+    seconds and steps, and under "started" each running run's start time and step), times the
+    steps of the slot that finishes last when the runs left fill `jobs` slots as run_grid starts
+    them (a waiting run joins the slot that frees first; the last runs may run alone)."""
     seen = {cfg["out_dir"]: last_step(cfg["out_dir"], with_loss=True) for _, cfg, _, _ in running}
     steps = {run: step for run, (step, _) in seen.items()}
     times = [so_far] if so_far else []
-    if timing["steps"] and (todo or running):
-        steps_left = (sum(cfg["max_iters"] for _, cfg in todo) +
-                      sum(max(cfg["max_iters"] - steps[cfg["out_dir"]], 0)
-                          for _, cfg, _, _ in running))
-        side_by_side = max(1, min(jobs, len(todo) + len(running)))
-        seconds = timing["seconds"] / timing["steps"] * steps_left / side_by_side
-        times.append(f"about {seconds / 60:.0f} min {left}" if seconds >= 60
+    seconds, steps_done, now = timing["seconds"], timing["steps"], time.time()
+    for key, cfg, _, _ in running:
+        start_time, start_step = timing.get("started", {}).get(key, (now, steps[cfg["out_dir"]]))
+        if steps[cfg["out_dir"]] > start_step:  # (one that has logged no step yet says nothing)
+            seconds += now - start_time
+            steps_done += steps[cfg["out_dir"]] - start_step
+    if steps_done and (todo or running):
+        slots = [max(cfg["max_iters"] - steps[cfg["out_dir"]], 0) for _, cfg, _, _ in running]
+        slots += [0] * max(jobs - len(slots), 0)
+        for _, cfg in todo:
+            slots[slots.index(min(slots))] += cfg["max_iters"]
+        seconds_left = seconds / steps_done * max(slots)
+        times.append(f"about {seconds_left / 60:.0f} min {left}" if seconds_left >= 60
                      else f"under a minute {left}")
     parts = [", ".join(times)] if times else []
     if running:
@@ -102,8 +114,9 @@ def same_run(cfg, run_dir, theirs):
     return True
 
 
-def finished(cfg, run_dir):
-    """The run's summary if it finished (with exactly these settings: others are refused)."""
+def finished(cfg, run_dir, threads=None):
+    """The run's summary if it finished (with exactly these settings, and on these many threads
+    if given: others are refused)."""
     path = os.path.join(run_dir, "summary.json")
     if not os.path.isfile(path):
         return None
@@ -112,6 +125,10 @@ def finished(cfg, run_dir):
     if summary.get("format") != data.CHECKPOINT_FORMAT:
         raise data.DataError(f"{run_dir} was written by an older version of compare.py: "
                                f"delete it, or compare into another --out_dir")
+    if threads and summary.get("status") == "done" and summary["threads"] != threads:
+        raise data.DataError(f"{run_dir} trained on {plural(summary['threads'], 'thread')}, "
+                             f"which rounds differently: compare with --threads="
+                             f"{summary['threads']}, or into another --out_dir")
     return summary if same_run(cfg, run_dir, summary.get("config") or {}) else None
 
 
@@ -164,13 +181,52 @@ def final_loss(summary):
     return summary["val_loss_full"] if summary["status"] == "done" else float("inf")
 
 
-def run_grid(grid, jobs, samples, quiet_reuse=False, left="left", on_progress=None):
-    """Train every (name, seed, point, cfg) not finished yet, `jobs` at a time;
+def why_failed(out_path, start=0):
+    """The rest of a failed run's FAILED line: why, from its output (train.out from byte start,
+    this attempt's). A user's mistake is train.py's one line ('error: ...'), shown alone. A bug
+    shows where to look: its traceback's innermost frame in this project's files (a student's
+    model.py line, not torch's or Python's) with the code there, the error, and where the whole
+    traceback is. Anything else: the output's last lines, and where the rest is."""
+    try:
+        with open(out_path, "rb") as f:
+            f.seek(start)
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    if "Traceback (most recent call last):" in lines:
+        first = len(lines) - lines[::-1].index("Traceback (most recent call last):")  # the last
+        project, frames, error = os.path.dirname(TRAIN_PY) + os.sep, [], "(no error line)"
+        for i in range(first, len(lines)):
+            frame = re.match(r'  File "(.+)", line \d+, in ', lines[i])
+            if frame:  # ours: in the project, not in a virtual environment inside it
+                ours = (os.path.abspath(frame.group(1)).startswith(project) and not
+                        {"site-packages", "dist-packages"} & set(frame.group(1).split(os.sep)))
+                frames.append((i, ours))
+            elif lines[i][:1].strip():  # the first line not indented: the error itself
+                error = lines[i]
+                break
+        at = [i for i, ours in frames if ours] or [i for i, _ in frames]
+        # that frame's line, and the code there where Python could show it (indented deeper)
+        shown = [line for n, line in enumerate(lines[at[-1]:at[-1] + 2] if at else [])
+                 if n == 0 or line.startswith("    ")]
+        return (":\n      " + "\n      ".join(shown + [error])
+                + f"\n      the whole traceback: {out_path}")
+    mistakes = [line for line in lines if line.startswith("error: ")]
+    if mistakes:
+        return ": " + mistakes[-1]
+    tail = [line for line in lines if line.strip()][-3:]
+    return (":\n      " + "\n      ".join(tail + [f"its whole output: {out_path}"]) if tail
+            else ", with no output")
+
+
+def run_grid(grid, jobs, threads, samples, quiet_reuse=False, left="left", on_progress=None):
+    """Train every (name, seed, point, cfg) not finished yet, `jobs` at a time, each on
+    `threads` CPU threads (a fixed count: the numbers then do not depend on jobs);
     returns summaries by key. Each line says how long is left (left: how to say it);
     on_progress() is called beside the line printed every 30 s (compare's live picture)."""
     summaries, todo = {}, []
     for key, cfg in grid:
-        done = finished(cfg, cfg["out_dir"])
+        done = finished(cfg, cfg["out_dir"], threads)
         if done:
             if not quiet_reuse:
                 print(f"reusing {cfg['out_dir']} (same settings, finished)")
@@ -178,12 +234,14 @@ def run_grid(grid, jobs, samples, quiet_reuse=False, left="left", on_progress=No
         else:
             command(cfg, cfg["out_dir"])  # a folder holding other settings: refused before any run
             todo.append((key, cfg))
-    threads = 1 if jobs > 1 else torch.get_num_threads()
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     running, t_start, interrupted, failed = [], time.time(), False, []
     n_total = len(todo)
-    # each run's (start time, start step); the finished ones' seconds and steps, for the time left
-    started, timing, said = {}, {"seconds": 0.0, "steps": 0}, time.time()
+    # the time left's measure (progress): the finished runs' seconds and steps, and each
+    # running run's (start time, start step); each run's train.out size at its start, so that a
+    # failure shows this attempt's output, not an earlier one's
+    timing, said, out_sizes = {"seconds": 0.0, "steps": 0, "started": {}}, time.time(), {}
+    started = timing["started"]
     drawn = time.time()  # the live picture's own clock: runs that start do not postpone it
     while running or (todo and not interrupted):
         while todo and len(running) < jobs and not interrupted:
@@ -191,19 +249,17 @@ def run_grid(grid, jobs, samples, quiet_reuse=False, left="left", on_progress=No
             os.makedirs(cfg["out_dir"], exist_ok=True)
             args, resuming = command(cfg, cfg["out_dir"])
             log = open(os.path.join(cfg["out_dir"], "train.out"), "a")
+            out_sizes[key] = os.path.getsize(log.name)
+            # the time left counts this run's steps: it is neither waiting nor running yet
             print(f"[{n_total - len(todo)}/{n_total}] {cfg['out_dir']}: " +
                   ("resuming from its checkpoint" if resuming else "training") +
-                  progress(todo, running, timing, jobs, left), flush=True)
+                  progress([(key, cfg)] + todo, running, timing, jobs, left), flush=True)
             started[key] = (time.time(), last_step(cfg["out_dir"]) if resuming else 0)
             said = time.time()
             running.append((key, cfg, subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                                        env=env), log))
         if running and time.time() - said > 30:  # a word at least every 30 s while runs train
-            pace = timing if timing["steps"] else {  # before any finished: the running ones' pace
-                "seconds": sum(time.time() - started[k][0] for k, *_ in running),
-                "steps": sum(max(last_step(c["out_dir"]) - started[k][1], 0)
-                             for k, c, *_ in running)}
-            print("   " + progress(todo, running, pace, jobs, left), flush=True)
+            print("   " + progress(todo, running, timing, jobs, left), flush=True)
             said = time.time()
         if on_progress and running and time.time() - drawn > 30:
             on_progress()
@@ -236,8 +292,8 @@ def run_grid(grid, jobs, samples, quiet_reuse=False, left="left", on_progress=No
                       progress(todo, running, timing, jobs, left), flush=True)
             else:
                 failed.append(cfg["out_dir"])
-                tail = (open(os.path.join(cfg["out_dir"], "train.out")).read()
-                        .strip().splitlines()[-3:])
-                print(f"    FAILED {cfg['out_dir']} (exit {process.returncode}):\n      " +
-                      "\n      ".join(tail))
+                print(f"    FAILED {cfg['out_dir']} (" + (
+                    f"exit {process.returncode}" if process.returncode > 0
+                    else f"killed by signal {-process.returncode}") + ")" + why_failed(
+                        os.path.join(cfg["out_dir"], "train.out"), out_sizes[key]), flush=True)
     return summaries, interrupted, failed

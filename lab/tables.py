@@ -12,8 +12,8 @@ import numpy as np
 import data
 from configurator import plural
 
-from .analysis import (bracketed, lr_range, mixing_by_layer, size_sweep, vanilla_curve,
-                       verdict)
+from .analysis import (FLOOR, bracketed, lr_range, mixing_by_layer, noise_floor, size_sweep,
+                       vanilla_curve, verdict)
 
 
 def fmt_mean(mean, std, n):
@@ -28,18 +28,29 @@ def fmt_interval(stats):
 
 def headline(results, info):
     """The verdict the numbers support, in one computed sentence, ahead of every table."""
+    floor, unit = noise_floor(results), info.get("unit", "token")
+    said_floor = ("" if floor is None else
+                  f" Rounding alone (vanilla with its initial weights nudged one float32 step: "
+                  f"the same run rounded differently, as on another CPU) moved the final loss by "
+                  f"{floor:.4f}: a smaller difference is noise.")
+    compared = {n: r for n, r in results.items() if r.get("paired") and n != FLOOR}
+    if not compared:
+        return "**Verdict: nothing to compare with vanilla.**"
+    if len(next(iter(compared.values()))["paired"]["differences"]) == 1:
+        # one seed: the differences, and no claim (another seed draws other numbers)
+        return (f"**Verdict: one seed ({info['seeds'][0]}), so no interval and no claim: each "
+                f"difference is one draw; final val loss - vanilla's: " + ", ".join(
+                    f"{n} {r['paired']['mean']:+.3f}" + (
+                        " (within the rounding floor)" if floor is not None
+                        and abs(r["paired"]["mean"]) <= floor else "")
+                    for n, r in compared.items()) + f" (nats per {unit})." + said_floor +
+                " More seeds (--seeds=1337,1338,1339) give an interval.**")
     groups = {"lower than vanilla beyond noise": [], "higher than vanilla beyond noise": [],
-              "not distinguishable from vanilla": []}
-    for name, r in results.items():
-        p = r.get("paired")
-        if p is None:
-            continue
-        if p["interval"] is None:  # one seed: the differences, and no claim
-            return (f"**Verdict: one seed ({info['seeds'][0]}), so no interval and nothing here "
-                    f"is beyond noise; final val loss - vanilla's: " + ", ".join(
-                        f"{n} {q['paired']['mean']:+.3f}" for n, q in results.items()
-                        if q.get("paired")) + " (--seeds=3 for paired statistics).**")
-        key = ("lower than vanilla beyond noise" if p["interval"][1] < 0 else
+              "within the rounding floor": [], "not distinguishable from vanilla": []}
+    for name, r in compared.items():
+        p = r["paired"]
+        key = ("within the rounding floor" if floor is not None and abs(p["mean"]) <= floor else
+               "lower than vanilla beyond noise" if p["interval"][1] < 0 else
                "higher than vanilla beyond noise" if p["interval"][0] > 0 else
                "not distinguishable from vanilla")
         groups[key].append(f"{name} ({p['mean']:+.3f} {fmt_interval(p)}, lower on "
@@ -47,11 +58,9 @@ def headline(results, info):
     said = [", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1]
             + (" is " if len(names) == 1 else " are ") + what
             for what, names in groups.items() if names]
-    if not said:
-        return "**Verdict: nothing to compare with vanilla.**"
-    n = len(next(r for r in results.values() if r.get("paired"))["paired"]["differences"])
-    return (f"**Verdict on {plural(n, 'seed')} (final val loss, nats per token, variant - vanilla "
-            f"per seed, 95% interval): " + "; ".join(said) + ".**")
+    n = len(next(iter(compared.values()))["paired"]["differences"])
+    return (f"**Verdict on {plural(n, 'seed')} (final val loss, nats per {unit}, variant - "
+            f"vanilla per seed, 95% interval): " + "; ".join(said) + "." + said_floor + "**")
 
 
 def search_table(search, seeds):
@@ -92,9 +101,9 @@ def write_tables(root, results, sweep, info, search=None):
              f"), found on the search seeds {info['tune_seeds']}; the search is below.\n")
     if "peak_lrs" in info and len(set(info["peak_lrs"].values())) == 1:
         shared = next(iter(info["peak_lrs"].values()))
-        tuned = (f"Each variant at its own peak learning rate (--lrs), the same for all: "
-                 f"{shared:g} "
-                 f"(so also the paper's protocol).\n" if info.get("own_lrs") else
+        tuned = (f"Every variant at the same peak learning rate, {shared:g} (named per variant "
+                 f"by --lrs; equal here, so this is also the paper's protocol).\n"
+                 if info.get("own_lrs") else
                  f"Every variant at one shared peak learning rate, {shared:g} "
                  f"(the paper's protocol).\n")
     elif "peak_lrs" in info:  # --lrs: each at its own peak lr, from an earlier --tune
@@ -111,7 +120,8 @@ def write_tables(root, results, sweep, info, search=None):
                  *per_point, ""] if per_point else [])
     md = ["# Value residual comparison\n"] + verdicts + [
           f"`{info['command']}` — {info['hardware']}, {plural(info['jobs'], 'run')} side "
-          f"by side, {info['wall_min']:.1f} min{reused}\n", tuned,
+          f"by side, {plural(info.get('threads', 1), 'thread')} each, "
+          f"{info['wall_min']:.1f} min{reused}\n", tuned,
           f"Final val loss = the whole validation split, every token once. Seeds {info['seeds']}: "
           f"same seed = same initial weights' RNG and the same batches in every mode." +
           (" Paired difference = variant - vanilla per seed; "
@@ -123,7 +133,9 @@ def write_tables(root, results, sweep, info, search=None):
         p = r.get("paired")
         cells = ([] if not paired else ["-", "-", "-", "-", "-"] if not p else
                  [", ".join(f"{d:+.4f}" for d in p["differences"]), f"{p['mean']:+.4f}",
-                  fmt_interval(p), f"{p['wins']} of {p['n']}", verdict(p)])
+                  fmt_interval(p), f"{p['wins']} of {p['n']}",
+                  "the noise floor: rounding alone" if name == FLOOR
+                  else verdict(p, noise_floor(results))])
         shown = f"{name} ({r['note']})" if r.get("note") else name
         md.append(f"| {shown} | {r['num_params'] / 1e6:.3f}M | {r['total_tokens'] / 1e6:.2f}M | "
                   f"{fmt_mean(r['val_loss_mean'], r['val_loss_std'], len(r['seeds']))} |" +
@@ -147,7 +159,8 @@ def write_tables(root, results, sweep, info, search=None):
            "the measured training speed.\n",
            "| variant | total params | active params / token | FLOPs / token | KV cache B/token "
            "| train tokens/s (per run) |", "|---|---|---|---|---|---|"]
-    for n, r in results.items():
+    variants = {n: r for n, r in results.items() if n != FLOOR}  # the floor is vanilla again
+    for n, r in variants.items():
         speed = f"{r['tokens_per_sec']:,.0f}" if np.isfinite(r["tokens_per_sec"]) else "-"
         active, flops = r.get("active_params"), r.get("flops_per_token")
         md.append(f"| {n} | {r['num_params']:,} | {'-' if active is None else f'{active:,}'} | "
@@ -158,14 +171,14 @@ def write_tables(root, results, sweep, info, search=None):
                         "Attention entropy per layer (nats; higher = less concentrated)"),
                        ("similarity",
                         "Token similarity per layer (mean pairwise cosine; higher = smoother)")):
-        md += [f"\n## {title}\n", "| layer | " + " | ".join(results) + " |",
-               "|---" * (len(results) + 1) + "|"]
-        for layer in range(max(len(r[key]) for r in results.values())):
+        md += [f"\n## {title}\n", "| layer | " + " | ".join(variants) + " |",
+               "|---" * (len(variants) + 1) + "|"]
+        for layer in range(max(len(r[key]) for r in variants.values())):
             md.append(f"| {layer + 1} | " +
                       " | ".join(fmt_mean(r[key][layer], r[key + "_std"][layer], len(r["seeds"]))
-                                 if layer < len(r[key]) else "-" for r in results.values()) +
+                                 if layer < len(r[key]) else "-" for r in variants.values()) +
                       " |")
-    for name, r in results.items():  # learned mixing weights, e.g. ResFormer's lambdas
+    for name, r in variants.items():  # learned mixing weights, e.g. ResFormer's lambdas
         for kind, by_layer in mixing_by_layer(r.get("mixing", {})).items():
             width = max(len(v) for v in by_layer.values())
             md += [f"\n## Learned {kind} of {name}, by layer (mean over seeds)\n",
@@ -252,7 +265,8 @@ def size_table(sweep):
     sizes = {p["vanilla"]["num_params"] for p in sweep.values() if "vanilla" in p}
     if not fits and len(sizes) >= 3:  # a size sweep, but too few seeds to fit anything
         return ["\n## Loss against parameters\n", "Not fitted, and no params.png: the line and "
-                "its interval need 2 or more seeds shared by every point (--seeds=2 or more).\n"]
+                "its interval need 2 or more seeds shared by every point "
+                "(e.g. --seeds=1337,1338).\n"]
     if not fits:
         return []
     sizes = ", ".join(f"{p['vanilla']['num_params']:,}" for p in sweep.values() if "vanilla" in p)

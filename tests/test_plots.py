@@ -11,6 +11,7 @@ import configurator
 import prepare
 from data import CHECKPOINT_FORMAT
 from lab import plots
+from lab.analysis import FLOOR
 from model import GPT, GPTConfig
 
 pytest.importorskip("matplotlib")
@@ -67,7 +68,8 @@ def loss_picture(figures):
 
 
 def legend_of(ax):
-    return [t.get_text() for t in ax.get_legend().get_texts()]
+    """The legend's entries, each as one line (save() wraps long ones)."""
+    return [t.get_text().replace("\n", " ") for t in ax.get_legend().get_texts()]
 
 
 @pytest.mark.parametrize("n_layer", [2, 4, 16])
@@ -263,7 +265,8 @@ def test_the_loss_legend_names_the_variants_in_words(tmp_path, figures):
     expected = ["vanilla", "ResFormer, λ = 2", "SVFormer, 1 KV head", "value embeddings",
                 "ResFormer, 85% of the tokens"]
     assert legend_of(loss.axes[0]) == expected
-    assert legend_of(loss.axes[1]) == expected[1:]  # the difference panel: all but vanilla
+    # the difference panel: all but vanilla, and what its thin lines are
+    assert legend_of(loss.axes[1]) == expected[1:] + ["thin lines: each seed"]
 
 
 def test_a_run_with_one_training_record_is_drawn(tmp_path, figures):
@@ -317,7 +320,8 @@ def test_the_live_picture_cuts_the_seeds_to_the_step_all_reached(tmp_path, figur
     assert list(vanilla.get_xdata()) == [10, 20]  # cut to seed 2's step 20 (step 0 not drawn)
     assert list(vanilla.get_ydata()) == pytest.approx([4.1, 3.1])
     assert list(resformer.get_xdata()) == [10, 20, 30]  # only its seed 1 has 2+ evaluations
-    assert legend_of(top)[:2] == ["vanilla", "ResFormer"]
+    # on the steps drawn (to 20) no vanilla seed has left the plateau yet (below 2.9)
+    assert legend_of(top)[:2] == ["vanilla (left the plateau on 0 of 2 seeds)", "ResFormer"]
     assert "SVFormer" not in " ".join(legend_of(top))
     # the difference panel pairs resformer's seed 1 with vanilla's, on the steps both have
     assert list(bottom.lines[0].get_ydata()) == pytest.approx([-0.1, -0.1])
@@ -401,3 +405,191 @@ def test_the_lr_search_marks_a_best_at_the_grids_edge(tmp_path, figures):
     assert "vanilla: best 0.002" in labels
     assert "ResFormer: lowest at the grid's edge, 0.004 (not bracketed)" in labels
     assert (tmp_path / "lr_search.png").is_file()
+
+
+# ---- the noise floor, units, seeds, the live picture's marks, legends (issue: pictures say
+# what they show) ----
+
+def with_floor(results, offsets):
+    """results plus analysis.FLOOR's runs: vanilla's curves on its first seeds, each moved by
+    offsets[seed index][step index] (what rounding alone did)."""
+    base = results["vanilla"]
+    results[FLOOR] = {**base, "seeds": base["seeds"][:len(offsets)],
+                      "curves": [list(np.array(c) + np.array(d))
+                                 for c, d in zip(base["curves"], offsets)],
+                      "note": "nudged one rounding step: the noise floor"}
+    return results
+
+
+def band_edges(collection):
+    """{x: (lowest y, highest y)} of a fill_between's outline."""
+    edges = {}
+    for x, y in np.concatenate([path.vertices for path in collection.get_paths()]):
+        low, high = edges.get(x, (y, y))
+        edges[x] = (min(low, y), max(high, y))
+    return edges
+
+
+def test_the_noise_floor_is_a_grey_band_in_the_difference_panel_not_a_line(tmp_path, figures):
+    """FLOOR (vanilla nudged one rounding step) is vanilla again: no line of its own on top, nor
+    in the per-layer pictures; in the difference panel a band from -|d| to +|d| around 0, d =
+    FLOOR's curve minus vanilla's on the same seed, the largest |d| of its seeds at each step
+    (seed 1 moved +0.004 on even evaluations, +0.001 on odd ones, seed 2 -0.002 on all). The
+    panel's range holds the band although ResFormer's gap (-0.001) is smaller."""
+    results = made_up_results(4, names=("vanilla", "resformer"))
+    results["resformer"]["curves"] = [[v - 0.001 for v in c] for c in results["vanilla"]["curves"]]
+    with_floor(results, [[0.004 if i % 2 == 0 else 0.001 for i in range(41)], [-0.002] * 41])
+    plots.write_all(str(tmp_path), results, {}, {})
+    top, bottom = loss_picture(figures).axes
+    assert legend_of(top) == ["vanilla", "ResFormer"]
+    assert len([line for line in top.lines if len(line.get_xdata()) > 1]) == 2
+    bands = [c for c in bottom.collections if c.get_label().startswith(plots.FLOOR_LABEL)]
+    assert len(bands) == 1
+    assert "rounding alone (vanilla nudged one float32 step): the noise floor, at most ±0.004" \
+        in legend_of(bottom)
+    edges = band_edges(bands[0])
+    steps = results["vanilla"]["steps"]
+    assert sorted(edges) == steps[1:]  # step 0 is not drawn, as on top
+    for i, step in enumerate(steps[1:], 1):
+        half = 0.004 if i % 2 == 0 else 0.002
+        assert edges[step] == pytest.approx((-half, half)), step
+    low, high = bottom.get_ylim()
+    assert low < -0.004 and high > 0.004
+    for fig in figures:  # the per-layer pictures list the variants, not the floor
+        for ax in fig.axes:
+            if ax.get_legend() and ax is not bottom:
+                assert not any("noise floor" in t or "nudge" in t for t in legend_of(ax))
+
+
+def test_each_seeds_difference_is_drawn_thin_beside_the_bold_mean(tmp_path, figures):
+    """With 2+ seeds the difference panel shows the spread: one thin line per seed, the mean
+    bold; with one seed only the mean, and the title says 'one seed'."""
+    results = made_up_results(4, names=("vanilla", "resformer"))
+    results["resformer"]["curves"] = [[v + d for v in c] for c, d in
+                                      zip(results["vanilla"]["curves"], (-0.03, -0.01, 0.01))]
+    plots.write_all(str(tmp_path), results, {}, {})
+    bottom = loss_picture(figures).axes[1]
+    drawn = [line for line in bottom.lines if len(line.get_xdata()) > 2]
+    bold, *thin = drawn
+    assert list(bold.get_ydata()) == pytest.approx([-0.01] * 40)
+    assert bold.get_linewidth() >= 2 and all(line.get_linewidth() < 2 for line in thin)
+    assert sorted(round(line.get_ydata()[0], 6) for line in thin) == [-0.03, -0.01, 0.01]
+    assert "thin = each seed" in bottom.get_title()
+
+
+def test_the_loss_axes_say_nats_per_byte_or_per_token(tmp_path, figures):
+    """The loss is in nats per byte for the byte tokenizer: every axis that shows a loss says
+    which (write_all's unit; 'token' where a caller does not say)."""
+    results = made_up_results(4)
+    plots.write_all(str(tmp_path), results, {}, {}, unit="byte")
+    top, bottom = figures[0].axes
+    assert top.get_ylabel() == "val loss (nats per byte)"
+    assert bottom.get_ylabel() == "minus vanilla (nats per byte)"
+    plt = plots.pyplot()
+    plots.lr_figure(plt, str(tmp_path), {"vanilla": {1e-3: [2.5], 2e-3: [2.2], 4e-3: [2.4]}},
+                    unit="byte")
+    plots.sweep_figure(plt, str(tmp_path), {"p": {"resformer": {"paired": {
+        "n": 1, "mean": -0.01, "differences": [-0.01], "interval": None}}}}, unit="byte")
+    plots.curve_figure(plt, str(tmp_path), size_results(), unit="byte")
+    plots.size_figure(plt, str(tmp_path), size_points(), unit="byte")
+    for fig in figures[-4:]:
+        assert "nats per byte" in fig.axes[0].get_ylabel(), fig.axes[0].get_ylabel()
+    plots.write_all(str(tmp_path), results, {}, {})
+    assert figures[-3].axes[0].get_ylabel() == "val loss (nats per token)"
+
+
+def test_one_seed_is_not_promised_a_band(tmp_path, figures):
+    """One seed has no min-max band: the title says 'one seed' and none is drawn; with 3 seeds
+    the title names the band."""
+    results = made_up_results(4, names=("vanilla", "resformer"))
+    for r in results.values():
+        r["seeds"], r["curves"] = r["seeds"][:1], r["curves"][:1]
+    plots.write_all(str(tmp_path), results, {}, {})
+    top, bottom = loss_picture(figures).axes
+    assert "one seed" in top.get_title() and "band" not in top.get_title()
+    assert not top.collections
+    assert "one seed" in bottom.get_title() and "thin" not in bottom.get_title()
+    plots.write_all(str(tmp_path), made_up_results(4), {}, {})
+    assert "mean over 3 seeds, band = min-max" in loss_picture(figures[3:]).axes[0].get_title()
+
+
+def test_the_live_picture_carries_the_final_pictures_marks(tmp_path, figures):
+    """While the runs train the picture already has the plateau triangles (each run's first
+    evaluation below escape_loss, on the steps drawn), the less-data variant's note, the unit,
+    and the noise floor's band once its run has evaluations (not a line of its own)."""
+    root = str(tmp_path)
+    logs = {("vanilla", 1): [(0, 5.5), (10, 3.0), (20, 2.8), (30, 2.6)],
+            ("vanilla", 2): [(0, 5.5), (10, 3.1), (20, 2.95), (30, 2.7)],
+            ("resformer:max_iters=26", 1): [(0, 5.5), (10, 2.85), (20, 2.7), (30, 2.5)],
+            (FLOOR, 1): [(0, 5.5), (10, 3.01), (20, 2.79), (30, 2.6)]}
+    grid = []
+    for (name, seed), evals in logs.items():
+        run_dir = os.path.join(root, f"{name.replace(':', '-')}_seed{seed}")
+        write_log(run_dir, evals)
+        grid.append(((name, seed, ""), {"out_dir": run_dir}))
+    plots.live_loss(root, grid, escape_loss=2.9, unit="byte", less_data=0.85)
+    top, bottom = loss_picture_in(figures, "byte").axes
+    marks = [line for line in top.lines if line.get_marker() == "v"]
+    assert [(list(m.get_xdata()), list(m.get_ydata())) for m in marks] == [([25], [2.9]),
+                                                                         ([10], [2.9])]
+    assert legend_of(top) == ["vanilla", "ResFormer, 85% of the tokens",
+                              "leaves the plateau (mean step of the seeds that left)"]
+    assert top.get_xlabel() == "" and bottom.get_xlabel() == "step (64 tokens each)"
+    band, = [c for c in bottom.collections if c.get_label().startswith(plots.FLOOR_LABEL)]
+    assert band_edges(band)[30] == pytest.approx((-0.0, 0.0), abs=1e-12)
+    assert band_edges(band)[10] == pytest.approx((-0.01, 0.01))
+
+
+def loss_picture_in(figures, unit):
+    return next(fig for fig in figures if fig.axes[0].get_ylabel() == f"val loss (nats per {unit})")
+
+
+def size_results():
+    """curve_figure's input: vanilla at 3 sizes on loss = 5 - 0.2 ln N, ResFormer on it."""
+    results = {name: {"num_params": int(n), "seeds": [1, 2],
+                      "val_loss": [5 - 0.2 * np.log(n) + d for d in (-0.01, 0.01)]}
+               for name, n in (("vanilla:n_embd=8", 1e5), ("vanilla", 2e5),
+                               ("vanilla:n_embd=24", 4e5), ("resformer", 1.5e5))}
+    for r in results.values():
+        r["val_loss_mean"] = float(np.mean(r["val_loss"]))
+    return results
+
+
+def size_points():
+    """size_figure's input: vanilla and ResFormer at 4 sizes, 3 seeds each."""
+    return {f"n_layer={n_layer}": {
+        name: {"num_params": int(n), "seeds": [1, 2, 3],
+               "val_loss": [5 - 0.2 * np.log(n * scale) + d for d in (-0.01, 0, 0.01)],
+               "val_loss_mean": 5 - 0.2 * np.log(n * scale)}
+        for name, scale in (("vanilla", 1.0), ("resformer", 1.25))}
+        for n_layer, n in zip((2, 4, 8, 16), (1e5, 2e5, 4e5, 8e5))}
+
+
+def test_legends_sit_outside_the_axes_and_read_from_the_back_of_a_room(tmp_path, figures):
+    """No legend covers a line: each sits beside its axes (its box does not overlap the axes'
+    box) and wholly on the picture; legend, tick and label text is 10 points or more."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    results = with_floor(made_up_results(4), [[0.003] * 41])
+    results["resformer"]["mixing"] = {f"transformer.h.{i}.attn.value_lambdas": [0.6, 0.4]
+                                      for i in (1, 2, 3)}
+    results["resformer"]["escape"] = [[20, 40960], [40, 81920], None]
+    plt = plots.pyplot()
+    plots.write_all(str(tmp_path), results, {}, {}, escape_loss=2.9)
+    plots.lr_figure(plt, str(tmp_path), {"vanilla": {1e-3: [2.5], 2e-3: [2.2], 4e-3: [2.4]}})
+    plots.curve_figure(plt, str(tmp_path), size_results())
+    plots.size_figure(plt, str(tmp_path), size_points())
+    with_legend = 0
+    for fig in figures:
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.canvas.draw()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            if legend is None:
+                continue
+            with_legend += 1
+            box, area = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+            assert not box.overlaps(area), (ax.get_title(), box, area)
+            assert inside(fig, legend), ax.get_title()
+            texts = (legend.get_texts() + ax.get_yticklabels() + [ax.yaxis.label])
+            assert min(t.get_fontsize() for t in texts) >= 10, ax.get_title()
+    assert with_legend == 8  # loss (2), entropy, similarity, mixing, lr, size curve, params

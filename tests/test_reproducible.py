@@ -1,0 +1,163 @@
+"""Numbers that hold anywhere: a comparison's runs each on a fixed thread count (the same command
+prints the same numbers whatever --jobs), the noise floor (vanilla again with its initial weights
+nudged one float32 rounding step, train.py --nudge) beside every difference, and a campaign's
+committed records (summary.json, log.jsonl; no checkpoint) reused by the same command."""
+import contextlib
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import compare
+import configurator
+import prepare
+import train
+from data import DataError
+from lab import analysis, tables
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--n_layer=2", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=4",
+        "--max_iters=4", "--eval_interval=2", "--eval_iters=2", "--log_interval=2",
+        "--warmup_iters=1", "--analysis_samples=3", "--device=cpu", "--gap_steps=2,4"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    docs = [f"To be, or not to be, that is question number {i}.\n" * 8 for i in range(20)]
+    cfg = configurator.defaults(prepare.SETTINGS, name="t", quiet=True,
+                                out_root=str(tmp_path_factory.mktemp("data")))
+    return prepare.prepare(cfg, documents=docs)
+
+
+def run_compare(args):
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = compare.main(args)
+    return status, printed.getvalue()
+
+
+def finals(out):
+    """{variant: [final val loss per seed]} from a comparison's results.json."""
+    return {n: r["val_loss"] for n, r in json.load(open(out / "results.json"))["modes"].items()}
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores to run 2 threads")
+def test_the_same_command_gives_the_same_numbers_whatever_jobs(data_dir, tmp_path):
+    """--jobs=1 used to train on every core's thread and --jobs=2 on one thread each: other
+    roundings, other numbers. Now every run has the same thread count (--threads)."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # torch's own default
+    args = ["--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=32", "--batch_size=8",
+            "--max_iters=20", "--eval_interval=10", "--eval_iters=2", "--warmup_iters=2",
+            "--analysis_samples=3", "--device=cpu", "--modes=vanilla,resformer",
+            "--seeds=1,", "--noise_floor=0", "--dataset=" + str(ROOT / "data" /
+                                                                 "shakespeare_byte")]
+    losses = {}
+    for jobs in (1, 2):
+        out = tmp_path / f"jobs{jobs}"
+        done = subprocess.run([sys.executable, str(ROOT / "compare.py"), *args, f"--jobs={jobs}",
+                               f"--out_dir={out}"], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        losses[jobs] = finals(out)
+        assert "1 thread each" in open(out / "results.md").read()
+    assert losses[1] == losses[2]  # to the last digit
+
+
+def test_nudge_moves_each_initial_weight_one_rounding_step(data_dir, tmp_path):
+    def initial(nudge):
+        cfg = configurator.defaults(train.SETTINGS, dataset=data_dir, out_dir=str(tmp_path / str(
+            nudge)), n_layer=2, n_head=2, n_embd=16, block_size=16, batch_size=4, max_iters=0,
+            eval_iters=1, device="cpu", nudge=nudge, value_mode="vanilla")
+        with contextlib.redirect_stdout(io.StringIO()):
+            return train.train(cfg)["model"].state_dict()
+
+    plain, nudged = initial(0), initial(1)
+    ups = total = 0
+    for name, a in plain.items():
+        b = nudged[name]
+        up, down = torch.nextafter(a, torch.full_like(a, math.inf)), torch.nextafter(
+            a, torch.full_like(a, -math.inf))
+        assert bool(((b == up) | (b == down)).all()), name  # exactly one float32 step away
+        assert not torch.equal(a, b), name
+        ups, total = ups + int((b == up).sum()), total + a.numel()
+    assert 0.4 < ups / total < 0.6  # a fair coin per weight
+    assert initial(0)["lm_head.weight"].equal(plain["lm_head.weight"])  # 0: the run as it was
+
+
+@pytest.fixture(scope="module")
+def floored(data_dir, tmp_path_factory):
+    """A tiny comparison on 2 seeds with the default noise floor (vanilla nudged on seed 1)."""
+    out = tmp_path_factory.mktemp("floor") / "cmp"
+    args = TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1,2",
+                   "--modes=vanilla,svformer", "--jobs=2"]
+    status, printed = run_compare(args)
+    assert status == 0, printed
+    return out, args, printed
+
+
+def test_the_floor_is_trained_once_and_stands_beside_every_difference(floored):
+    out, _, printed = floored
+    assert "and vanilla nudged on 1 seed: the noise floor" in printed
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [
+        "svformer_seed1", "svformer_seed2", "vanilla-nudge=1_seed1", "vanilla_seed1",
+        "vanilla_seed2"]
+    assert json.load(open(out / "vanilla-nudge=1_seed1" / "summary.json"))["config"]["nudge"] == 1
+    modes = json.load(open(out / "results.json"))["modes"]
+    assert modes[analysis.FLOOR]["seeds"] == [1]
+    md = open(out / "results.md").read()
+    assert "Rounding alone (vanilla with its initial weights nudged" in md.split("\n\n")[1]
+    assert "| vanilla:nudge=1 (nudged one rounding step: the noise floor) |" in md
+    gap = md.split("## The gap along the run", 1)[1].split("\n## ", 1)[0]
+    assert "| vanilla:nudge=1 |" in gap and "| svformer |" in gap
+    costs = md.split("## What each variant costs", 1)[1].split("\n## ", 1)[0]
+    assert "nudge" not in costs  # the floor is vanilla again: not a variant with costs
+
+
+def test_a_difference_within_the_floor_is_called_so():
+    stats = analysis.paired_stats([-0.03, -0.031, -0.029])  # beyond noise by its interval...
+    assert analysis.verdict(stats).startswith("below vanilla, beyond noise")
+    assert analysis.verdict(stats, floor=0.05).startswith("within the rounding floor")  # ...not
+    assert analysis.verdict(stats, floor=0.01).startswith("below vanilla, beyond noise")
+    results = {"vanilla": {"val_loss": [2.0, 2.1, 2.2]},
+               "svformer": {"paired": stats},
+               analysis.FLOOR: {"paired": analysis.paired_stats([0.05])}}
+    line = tables.headline(results, {"seeds": [1, 2, 3], "unit": "byte"})
+    assert "svformer (-0.030" in line and "within the rounding floor" in line
+    assert "nats per byte" in line and "moved the final loss by 0.0500" in line
+    one = {"vanilla": {}, "svformer": {"paired": analysis.paired_stats([0.01])},
+           analysis.FLOOR: {"paired": analysis.paired_stats([-0.02])}}
+    line = tables.headline(one, {"seeds": [7], "unit": "byte"})
+    assert "no claim" in line and "svformer +0.010 (within the rounding floor)" in line
+
+
+def test_committed_records_are_reused_without_checkpoints(floored, tmp_path):
+    """A campaign commits each finished run's summary.json and log.jsonl, never its checkpoint;
+    the same command in a fresh clone reuses them all and trains nothing."""
+    out, args, _ = floored
+    copy = tmp_path / "clone" / "cmp"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("*.pt", "train.out", "*.png",
+                                                             "results.*"))
+    for summary in copy.glob("*/summary.json"):  # recorded before train.py had a setting
+        record = json.load(open(summary))
+        record["config"]["out_dir"] = record["config"]["out_dir"].replace(str(out), str(copy))
+        if record["config"]["nudge"] == 0:  # as an older record, made before the setting
+            del record["config"]["nudge"]     # existed: it counts at its default
+        json.dump(record, open(summary, "w"))
+    fresh = [a if not a.startswith("--out_dir=") else f"--out_dir={copy}" for a in args]
+    status, printed = run_compare(fresh)
+    assert status == 0, printed
+    assert ": training" not in printed and printed.count("reusing") == 5
+    assert finals(copy) == finals(out)
+
+
+def test_a_run_on_another_thread_count_is_refused_not_mixed_in(floored):
+    out, args, _ = floored
+    with pytest.raises(DataError, match="trained on 1 thread, which rounds differently"):
+        run_compare(args + ["--threads=2"])
