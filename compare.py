@@ -424,10 +424,11 @@ def main(argv):
     else:
         modes = add_less_data(own_lrs(modes, cfg), cfg)
         grid = build_grid(cfg, modes, seeds, points or [("", {})], root)
-        if cfg["noise_floor"] and "vanilla" in dict(modes):  # vanilla again, only its rounding
-            floor = [(FLOOR, {**dict(modes)["vanilla"], "nudge": 1})]  # changed: the noise floor
-            grid += build_grid(cfg, floor, seeds[:cfg["noise_floor"]], points or [("", {})], root)
-            grid.sort(key=lambda item: seeds.index(item[0][1]))  # beside its seed's runs
+    if cfg["noise_floor"] and "vanilla" in dict(modes):  # vanilla again, only its rounding
+        floor = [(FLOOR, {**dict(modes)["vanilla"], "nudge": 1})]  # changed: the noise floor
+        at = points if points and not cfg["tune"] else [("", {})]  # (--tune: at its own best lr)
+        grid += build_grid(cfg, floor, seeds[:cfg["noise_floor"]], at, root)
+        grid.sort(key=lambda item: seeds.index(item[0][1]))  # beside its seed's runs
     unique = {}  # a run two protocols share (vanilla at its best lr) trains once
     for key, run in grid:
         unique.setdefault(run["out_dir"], (key, run))

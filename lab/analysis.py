@@ -186,9 +186,15 @@ def vanilla_curve(results):
                         "interval": ([boot[50], boot[1949]] if len(boot) == 2000 else None),
                         "matched_params": n_eq, "inside": n_eq is not None
                         and math.exp(params.min()) <= n_eq <= math.exp(params.max())}
+    means = losses.mean(axis=1)
+    by_size = means[np.argsort(params)]
+    r2 = 1 - np.sum((means - (a + b * params)) ** 2) / max(np.sum((means - means.mean()) ** 2),
+                                                              1e-30)
     return {"sizes": {n: r["num_params"] for n, r in sizes.items()}, "seeds": seeds,
-            "line": [float(a), float(b)], "residual": float(np.std(
-                losses.mean(axis=1) - (a + b * params))), "placed": placed,
+            "line": [float(a), float(b)], "residual": float(np.std(means - (a + b * params))),
+            "points": {n: float(m) for n, m in zip(sizes, means)}, "r2": float(r2),
+            # a line read off where the points do not lie on one tells nothing: say so instead
+            "poor": bool(r2 < 0.9 or np.any(np.diff(by_size) >= 0)), "placed": placed,
             "slope_interval": sorted(line[1] for line in lines)[50::1899][:2] or None}
 
 

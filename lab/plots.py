@@ -113,7 +113,7 @@ def write_all(root, results, sweep, maps, search=None, escape_loss=0.0, unit="to
     """Every picture compare.py makes; returns the paths written. unit: what the loss is per
     (nats per "byte" for the byte tokenizer, else per "token"). The noise floor's runs
     (analysis.FLOOR: vanilla again) are the grey band of the difference panels, not a variant."""
-    plt = pyplot()
+    plt = pyplot(quiet=True)  # (compare said so at its start)
     if plt is None:
         return []
     written = [loss_figure(plt, root, results, escape_loss, unit=unit)]

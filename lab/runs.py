@@ -1,7 +1,7 @@
 """
-compare.py's runs: each is `python train.py` in its own folder, `jobs` side by side (each on
-a fixed number of CPU threads), a finished run reused, a stopped one resumed from its checkpoint; and summary.json,
-a finished run's numbers with the analysis of its final model (analysis.analyse).
+compare.py's runs: each is `python train.py` in its own folder, `jobs` side by side (each on a
+fixed number of CPU threads), a finished run reused, a stopped one resumed from its checkpoint;
+and summary.json, a finished run's numbers with the analysis of its final model.
 """
 import json
 import os

@@ -12,8 +12,8 @@ import numpy as np
 import data
 from configurator import plural
 
-from .analysis import (FLOOR, bracketed, lr_range, mixing_by_layer, noise_floor, size_sweep,
-                       vanilla_curve, verdict)
+from .analysis import (FLOOR, bracketed, lr_range, mixing_by_layer, noise_floor, paired_stats,
+                       size_sweep, vanilla_curve, verdict)
 
 
 def fmt_mean(mean, std, n):
@@ -148,8 +148,12 @@ def write_tables(root, results, sweep, info, search=None):
         total = results["vanilla"]["total_tokens"]
         for name, r in results.items():
             if r.get("crossing_tokens"):
-                shown = ", ".join("never" if c is None else f"{c / total:.0%}"
-                                  for c in r["crossing_tokens"])
+                shares = [None if c is None else c / total for c in r["crossing_tokens"]]
+                shown = ", ".join("never" if c is None else f"{c:.0%}" for c in shares)
+                if len(shares) > 1 and None not in shares:  # the data it needs, over the seeds
+                    stats = paired_stats(shares)
+                    shown += (f": mean {stats['mean']:.0%} [{stats['interval'][0]:.0%}, "
+                              f"{stats['interval'][1]:.0%}] of vanilla's tokens")
                 md.append(f"- {name}: {shown}")
     md += gap_table(results) + escape_table(results, info, paired)
     md += ["\n## What each variant costs\n",
@@ -299,13 +303,21 @@ def curve_table(curve):
     if not curve:
         return []
     (a, b), sizes = curve["line"], curve["sizes"]
+    if curve["poor"]:  # the points, not a number read off a line they do not follow
+        return ["\n## Matches a vanilla model X% larger (the paper's measure): not read off\n",
+                f"Vanilla's mean final loss does not follow one line in ln(params) (R² "
+                f"{curve['r2']:.2f}; a larger model should be lower), seeds {curve['seeds']}: "
+                f"the points instead of a reading.\n", "| variant | params | mean val loss |",
+                "|---|---|---|"] + [
+            f"| {n} | {p:,} | {curve['points'][n]:.4f} |" for n, p in sizes.items()]
     md = ["\n## Matches a vanilla model X% larger (the paper's measure)\n",
           f"Vanilla at {len(sizes)} sizes ({', '.join(f'{n} {p:,}' for n, p in sizes.items())} "
           f"parameters), seeds {curve['seeds']}: the line loss = {a:.4f} {b:+.4f} ln(params) "
           f"({slope_interval(curve)}, the sizes' means off it by {curve['residual']:.4f} "
-          f"rms). Each variant's mean final loss read off it: the vanilla size with that loss, as "
-          f"X% more than the variant's own total parameters (negative: a vanilla model that "
-          f"much smaller does as well). Interval: the seeds resampled, the line refitted.\n",
+          f"rms, R² {curve['r2']:.2f}). Each variant's mean final loss read off it: the vanilla "
+          f"size with that loss, as X% more than the variant's own total parameters "
+          f"(negative: a vanilla model that much smaller does as well). Interval: the seeds "
+          f"resampled, the line refitted.\n",
           "| variant | its params | matches vanilla of | X% larger | 95% interval | within the "
           "sizes measured |", "|---|---|---|---|---|---|"]
     for name, p in curve["placed"].items():

@@ -1,5 +1,5 @@
 """docs/value_residual.ipynb runs top to bottom (with tiny settings in its parameters cell), so
-it cannot rot. Needs the test extras (tests/requirements.txt: nbclient, ipykernel, matplotlib)."""
+it cannot rot. Needs matplotlib (requirements.txt) and the test extras (tests/requirements.txt)."""
 import os
 import re
 
@@ -12,7 +12,7 @@ from configurator import defaults
 nbformat = pytest.importorskip("nbformat", reason="pip install -r tests/requirements.txt")
 nbclient = pytest.importorskip("nbclient", reason="pip install -r tests/requirements.txt")
 pytest.importorskip("ipykernel", reason="pip install -r tests/requirements.txt")
-pytest.importorskip("matplotlib", reason="pip install -r tests/requirements.txt")
+pytest.importorskip("matplotlib", reason="pip install -r requirements.txt")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, "docs", "value_residual.ipynb")
