@@ -426,8 +426,12 @@ def main(argv):
         grid = build_grid(cfg, modes, seeds, points or [("", {})], root)
     if cfg["noise_floor"] and "vanilla" in dict(modes):  # vanilla again, only its rounding
         floor = [(FLOOR, {**dict(modes)["vanilla"], "nudge": 1})]  # changed: the noise floor
-        at = points if points and not cfg["tune"] else [("", {})]  # (--tune: at its own best lr)
-        grid += build_grid(cfg, floor, seeds[:cfg["noise_floor"]], at, root)
+        if cfg["tune"]:  # at vanilla's own best lr, in a folder named by it like the others
+            grid += at_lr(build_grid(cfg, floor, seeds[:cfg["noise_floor"]], [("", {})], root),
+                          root)
+        else:
+            grid += build_grid(cfg, floor, seeds[:cfg["noise_floor"]], points or [("", {})],
+                               root)
         grid.sort(key=lambda item: seeds.index(item[0][1]))  # beside its seed's runs
     unique = {}  # a run two protocols share (vanilla at its best lr) trains once
     for key, run in grid:

@@ -147,7 +147,7 @@ def write_tables(root, results, sweep, info, search=None):
                   "of vanilla's tokens.\n")
         total = results["vanilla"]["total_tokens"]
         for name, r in results.items():
-            if r.get("crossing_tokens"):
+            if r.get("crossing_tokens") and name != FLOOR:
                 shares = [None if c is None else c / total for c in r["crossing_tokens"]]
                 shown = ", ".join("never" if c is None else f"{c:.0%}" for c in shares)
                 if len(shares) > 1 and None not in shares:  # the data it needs, over the seeds
