@@ -169,6 +169,22 @@ def build_grid(cfg, modes, seeds, points, root):
     return grid
 
 
+def with_floor(grid, cfg, modes, seeds, points, root):
+    """The grid and, on the first noise_floor seeds, vanilla again with only its rounding changed
+    (its initial weights nudged one float32 step: train.py --nudge), each beside its seed's runs:
+    how far rounding alone moves a run, the noise floor of every difference."""
+    if not cfg["noise_floor"] or "vanilla" not in dict(modes):
+        return grid
+    floor = [(FLOOR, {**dict(modes)["vanilla"], "nudge": 1})]
+    if cfg["tune"]:  # at vanilla's own best lr, in a folder named by it like the others
+        floor_grid = at_lr(build_grid(cfg, floor, seeds[:cfg["noise_floor"]], [("", {})], root),
+                           root)
+    else:
+        floor_grid = build_grid(cfg, floor, seeds[:cfg["noise_floor"]], points or [("", {})],
+                                root)
+    return sorted(grid + floor_grid, key=lambda item: seeds.index(item[0][1]))
+
+
 # ---- the learning-rate search (--tune) ----
 
 def lr_settings(cfg, lr):
@@ -424,15 +440,7 @@ def main(argv):
     else:
         modes = add_less_data(own_lrs(modes, cfg), cfg)
         grid = build_grid(cfg, modes, seeds, points or [("", {})], root)
-    if cfg["noise_floor"] and "vanilla" in dict(modes):  # vanilla again, only its rounding
-        floor = [(FLOOR, {**dict(modes)["vanilla"], "nudge": 1})]  # changed: the noise floor
-        if cfg["tune"]:  # at vanilla's own best lr, in a folder named by it like the others
-            grid += at_lr(build_grid(cfg, floor, seeds[:cfg["noise_floor"]], [("", {})], root),
-                          root)
-        else:
-            grid += build_grid(cfg, floor, seeds[:cfg["noise_floor"]], points or [("", {})],
-                               root)
-        grid.sort(key=lambda item: seeds.index(item[0][1]))  # beside its seed's runs
+    grid = with_floor(grid, cfg, modes, seeds, points, root)
     unique = {}  # a run two protocols share (vanilla at its best lr) trains once
     for key, run in grid:
         unique.setdefault(run["out_dir"], (key, run))

@@ -41,8 +41,7 @@ SETTINGS = dict(
     overwrite=(False, "start afresh even if out_dir already holds a checkpoint"),
     seed=(1337, "seed of the initial weights and of the order of the training batches",
           between(0, 2**63 - 1 - 4096)),  # (torch's seeds, with a rank added)
-    nudge=(0, "nonzero: move each initial weight one float32 rounding step up or down (a coin "
-              "per weight, seeded by this): the same run with only its rounding changed", COUNT),
+    nudge=(0, "nonzero: each initial weight one float32 step up or down (a seeded coin)", COUNT),
     # data
     dataset=(data.DEFAULT_DATASET, "data/<dataset>/ from prepare.py, or a path to such a folder"),
     batch_size=(12, "sequences per micro-step", POSITIVE),
@@ -145,12 +144,11 @@ def train(cfg, given=None):
         torch.manual_seed(cfg.seed)
         vocab = -(-meta["vocab_size"] // 64) * 64  # padded to a multiple of 64: faster matmuls
         raw_model = GPT(GPTConfig.from_dict({**vars(cfg), "vocab_size": vocab}))
-        if cfg.nudge:  # How far does rounding alone move a run? (compare.py's noise floor)
-            coins = torch.Generator().manual_seed(cfg.nudge)
-            with torch.no_grad():
-                for p in raw_model.parameters():  # to the next float up or down, at random
-                    up = torch.rand(p.shape, generator=coins) < 0.5
-                    p.copy_(torch.nextafter(p, torch.where(up, math.inf, -math.inf)))
+        if cfg.nudge:  # the same run rounded differently: each initial weight one float32 step
+            coins = torch.Generator().manual_seed(cfg.nudge)  # up or down (compare's noise floor)
+            for p in raw_model.parameters():
+                up = torch.rand(p.shape, generator=coins) < 0.5
+                p.data = torch.nextafter(p.data, torch.where(up, math.inf, -math.inf))
         if ckpt is not None:
             raw_model.load_state_dict(ckpt["model"])
         raw_model.to(device)  # before AdamW: its state lives where the weights do

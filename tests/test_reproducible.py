@@ -21,19 +21,12 @@ import prepare
 import train
 from data import DataError
 from lab import analysis, tables
+from test_compare import data_dir  # noqa: F401 (a fixture: compare's tiny dataset)
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=4",
         "--max_iters=4", "--eval_interval=2", "--eval_iters=2", "--log_interval=2",
         "--warmup_iters=1", "--analysis_samples=3", "--device=cpu", "--gap_steps=2,4"]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    docs = [f"To be, or not to be, that is question number {i}.\n" * 8 for i in range(20)]
-    cfg = configurator.defaults(prepare.SETTINGS, name="t", quiet=True,
-                                out_root=str(tmp_path_factory.mktemp("data")))
-    return prepare.prepare(cfg, documents=docs)
 
 
 def run_compare(args):
