@@ -160,7 +160,8 @@ def write_tables(root, results, sweep, info, search=None):
            "Total parameters (as the params column above; position embeddings left out), the "
            "parameters one token uses (a lookup table counts one row), training FLOPs per token "
            "(6 x the matmul parameters + attention; lookups multiply nothing), the KV cache and "
-           "the measured training speed.\n",
+           "each run's training speed as it ran, beside whatever else ran then (not a speed "
+           "comparison: bench.py times the modes side by side in one process).\n",
            "| variant | total params | active params / token | FLOPs / token | KV cache B/token "
            "| train tokens/s (per run) |", "|---|---|---|---|---|---|"]
     variants = {n: r for n, r in results.items() if n != FLOOR}  # the floor is vanilla again
