@@ -581,8 +581,11 @@ def test_torchrun_accumulation_that_does_not_divide_is_a_one_line_error(data_dir
                                               f"--out_dir={tmp_path / 'out'}", "--device=cpu",
                                               "--gradient_accumulation_steps=3")
     assert returncode != 0 and "Traceback" not in stdout
-    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
-    assert set(errors) == {"error: --gradient_accumulation_steps=3 is the total over all "
+    # Both processes write the line to the one stderr pipe, and a line and its newline are two
+    # writes, so the two can interleave ("error: ...error: ...\n\n"): split at each "error: ".
+    errors = [piece.splitlines()[0] for piece in re.split(r"(?=error: )", stderr)
+              if piece.startswith("error: ")]
+    assert errors and set(errors) == {"error: --gradient_accumulation_steps=3 is the total over all "
                            "processes: it must divide by their number (2); 0 is one micro-step "
                            "per process"}
     assert not (tmp_path / "out").exists()
