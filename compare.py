@@ -79,7 +79,8 @@ COMPARE_SETTINGS = dict(
              "trains all at learning_rate (the paper's protocol); --tune ignores it"),
 )
 # train.py's settings without its actions: compare.py decides per run to resume or start afresh
-SETTINGS = {**{k: v for k, v in TRAIN_SETTINGS.items() if k not in ACTIONS},
+# and without its one seed: --seeds lists them all
+SETTINGS = {**{k: v for k, v in TRAIN_SETTINGS.items() if k not in ACTIONS and k != "seed"},
             "out_dir": ("out-compare", "root of the comparison"), **COMPARE_SETTINGS}
 USAGE = ("usage: python compare.py [config/preset.py ...] [--key=value ...]   "
          "(default preset: config/compare.py)")
@@ -154,7 +155,7 @@ def attention_map_data(grid, summaries, names):
 def build_grid(cfg, modes, seeds, points, root):
     """[((name, seed, point), train settings)] with seed outermost, so complete seed sets
     finish early."""
-    base = {k: cfg[k] for k in TRAIN_SETTINGS if k not in ACTIONS}
+    base = {k: cfg[k] for k in TRAIN_SETTINGS if k in cfg}
     grid = []
     for seed in seeds:
         for point_name, point in points:
@@ -380,6 +381,9 @@ def main(argv):
             raise ConfigError(f"compare.py takes no {arg}: the same command again reuses finished "
                               f"runs and resumes stopped ones from their checkpoints; to train "
                               f"them afresh, use another --out_dir")
+    if "seed" in given_keys(argv):  # train.py's one seed: here --seeds names every one
+        raise ConfigError("compare.py takes no seed: --seeds lists the seeds to train "
+                          "(--seeds=42 for one, --seeds=42,43,44 for three)")
     cfg = vars(parse_args(SETTINGS, argv, USAGE, "compare.py"))
     if cfg["plot"]:
         os.makedirs(cfg["out_dir"], exist_ok=True)
@@ -387,9 +391,6 @@ def main(argv):
                                os.path.join(cfg["out_dir"], cfg["plot_path"]))
         print(f"wrote {path}" if path else "nothing written")
         return 0 if path else 1
-    if "seed" in given_keys(argv):  # train.py's one seed: here --seeds names every one
-        raise ConfigError("compare.py takes no seed: --seeds lists the seeds to train "
-                          "(--seeds=42 for one, --seeds=42,43,44 for three)")
     modes, seeds = parse_modes(cfg["modes"]), parse_seeds(cfg["seeds"])
     points = [(p.replace(":", "_"), parse_overrides(p, f"--sweep point {p!r}"))
               for p in parse_list(cfg["sweep"])]

@@ -148,7 +148,9 @@ def vanilla_curve(results):
     reaches the variant's mean loss, as X = N_eq / N - 1 of the variant's own parameters (its
     total parameters: a value-embedding table counts in full). The 95% interval resamples the
     seeds (bootstrap, fixed RNG), refitting the line each time. None with fewer than 3 sizes.
-    'inside': whether N_eq lies within the sizes measured (else it is an extrapolation)."""
+    'inside': whether N_eq lies within the sizes measured (else it is an extrapolation).
+    With the noise floor trained, 'floor_factor' is the size ratio that a loss shift of the floor
+    is worth on the line, and a variant read within it ('within_floor') is not a result."""
     sizes = {n: r for n, r in results.items() if is_vanilla_size(n)}
     if len({r["num_params"] for r in sizes.values()}) < 3:
         return None
@@ -174,6 +176,10 @@ def vanilla_curve(results):
              for _ in range(2000 if len(seeds) > 1 else 0)]
     lines = [fit(cols) for cols in draws]
     a, b = fit(every)
+    # Rounding alone moves a final loss by up to `floor`; along the line that is a factor of
+    # exp(floor / |b|) in size, so a reading closer than that to vanilla's own size is noise.
+    floor = noise_floor(results)
+    floor_factor = math.exp(floor / -b) if floor is not None and b < 0 else None
     placed = {}
     for name, r in results.items():
         if name in sizes or name == FLOOR or not set(seeds) <= set(r["seeds"]):
@@ -185,7 +191,9 @@ def vanilla_curve(results):
         placed[name] = {"num_params": r["num_params"], "larger": x,
                         "interval": ([boot[50], boot[1949]] if len(boot) == 2000 else None),
                         "matched_params": n_eq, "inside": n_eq is not None
-                        and math.exp(params.min()) <= n_eq <= math.exp(params.max())}
+                        and math.exp(params.min()) <= n_eq <= math.exp(params.max()),
+                        "within_floor": floor_factor is not None and x is not None
+                        and 1 / floor_factor <= 1 + x <= floor_factor}
     means = losses.mean(axis=1)
     by_size = means[np.argsort(params)]
     r2 = 1 - np.sum((means - (a + b * params)) ** 2) / max(np.sum((means - means.mean()) ** 2),
@@ -195,6 +203,7 @@ def vanilla_curve(results):
             "points": {n: float(m) for n, m in zip(sizes, means)}, "r2": float(r2),
             # a line read off where the points do not lie on one tells nothing: say so instead
             "poor": bool(r2 < 0.9 or np.any(np.diff(by_size) >= 0)), "placed": placed,
+            "floor": floor, "floor_factor": floor_factor,
             "slope_interval": sorted(line[1] for line in lines)[50::1899][:2] or None}
 
 

@@ -459,6 +459,10 @@ def curve_figure(plt, root, results, unit="token"):
     span = np.geomspace(min(sizes.values()) / 1.15, max(sizes.values()) * 1.15, 50)
     ax.plot(span, a + b * np.log(span), color="black", lw=LINE,
             label=f"vanilla, {len(sizes)} sizes (dots: seeds)")
+    if curve["floor"] is not None:  # a variant inside the band is within what rounding does
+        ax.fill_between(span, a + b * np.log(span) - curve["floor"],
+                        a + b * np.log(span) + curve["floor"], color="gray", alpha=0.2, lw=0,
+                        label=f"rounding floor (±{curve['floor']:.3f})")
     placed = {n: p for n, p in curve["placed"].items() if n != FLOOR}  # (analysis skips it too)
     for k, (name, p) in enumerate(placed.items()):
         loss = results[name]["val_loss_mean"]

@@ -268,6 +268,25 @@ def test_vanilla_curve_on_numbers_checkable_by_hand():
     assert row.startswith("| resformer | 150,000 | 300,000 | +100.0% | [") and row.endswith(
         "| yes |")
     assert "5.0000 -0.2000 ln(params)" in "\n".join(table)
+    assert curve["floor"] is None and "rounding floor" not in "\n".join(table)
+    # the noise floor's run (vanilla nudged, seed 1 only): 0.02 above vanilla on that seed is a
+    # factor exp(0.02 / 0.2) = 1.105 of size on this line; svformer (+0%) is within it, resformer
+    # (+100%) beyond it
+    floored = {**results, analysis.FLOOR: {**r(2e5, 0, ()), "seeds": [1],
+                                           "paired": {"differences": [0.02]}}}
+    with_floor = analysis.vanilla_curve(floored)
+    assert with_floor["floor_factor"] == pytest.approx(math.exp(0.1))
+    assert analysis.FLOOR not in with_floor["placed"]
+    assert with_floor["placed"]["svformer"]["within_floor"]
+    assert not with_floor["placed"]["resformer"]["within_floor"]
+    table = "\n".join(tables.curve_table(with_floor))
+    assert "moved a final loss by up to 0.0200 (the noise floor): on this line that is a vanilla " \
+           "model 11% larger or 10% smaller" in table
+    assert "| svformer | 200,000 | 200,000 | +0.0% | [" in table
+    assert next(line for line in table.splitlines() if line.startswith("| svformer |")).endswith(
+        "| yes | no: not a result |")
+    assert next(line for line in table.splitlines() if line.startswith("| resformer |")).endswith(
+        "| yes | yes |")
     # too few sizes, too few shared seeds: no curve, no table
     three = {n: results[n] for n in ("vanilla", "vanilla:n_embd=8", "resformer")}
     assert analysis.vanilla_curve(three) is None and tables.curve_table(None) == []
@@ -622,6 +641,16 @@ def test_impossible_seeds_and_modes_are_one_line(monkeypatch, capsys, tmp_path, 
     assert code.startswith("error: ") and "\n" not in code
     assert message in code, code
     assert not (tmp_path / "cmp").exists()
+
+
+def test_help_lists_seeds_not_trains_one_seed(monkeypatch, capsys):
+    """--seed is refused, so --help does not offer it; --seeds is what it lists."""
+    monkeypatch.setattr(sys, "argv", ["compare.py", "--help"])
+    with pytest.raises(SystemExit):
+        configurator.run_main(compare.main)
+    shown = capsys.readouterr()
+    listed = re.findall(r"^  --(\w+)=", shown.out + shown.err, re.M)
+    assert "seeds" in listed and "seed" not in listed
 
 
 def test_a_run_of_an_older_version_is_refused_in_one_line(tmp_path):

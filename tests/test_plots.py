@@ -393,6 +393,25 @@ def test_the_size_curve_places_each_variant_on_vanillas_line(tmp_path, figures):
     assert arrow.xy == pytest.approx((3e5, results["resformer"]["val_loss_mean"]), rel=1e-6)
     assert arrow.xyann == pytest.approx((1.5e5, results["resformer"]["val_loss_mean"]))
     assert ax.xaxis.get_major_formatter()(3e5, 0) == "300k"
+    assert not any("floor" in text for text in legend_of(ax))  # no floor trained: no band
+
+
+def test_the_size_curve_draws_the_noise_floor_as_a_band_along_the_line(tmp_path, figures):
+    """With the floor trained, the line carries a grey band of ±floor: a variant inside it is
+    within what rounding alone does."""
+    results = size_results()
+    results[FLOOR] = {**results["vanilla"], "seeds": [1], "paired": {"differences": [-0.03]},
+                      "note": "nudged one rounding step: the noise floor"}
+    plots.curve_figure(plots.pyplot(), str(tmp_path), results)
+    ax = figures[-1].axes[0]
+    assert "rounding floor (±0.030)" in legend_of(ax)
+    band = next(c for c in ax.collections if c.get_label() == "rounding floor (±0.030)")
+    line = ax.lines[0]
+    for x, (low, high) in band_edges(band).items():
+        on_line = 5 - 0.2 * np.log(x)  # the fitted line, the band's middle at every x
+        assert (low, high) == pytest.approx((on_line - 0.03, on_line + 0.03), abs=1e-6)
+    assert len(band_edges(band)) >= len(line.get_xdata())
+    assert not any("noise floor" in text for text in legend_of(ax))  # never placed as a variant
 
 
 def test_the_lr_search_marks_a_best_at_the_grids_edge(tmp_path, figures):
