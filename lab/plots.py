@@ -468,7 +468,8 @@ def curve_figure(plt, root, results, unit="token"):
         loss = results[name]["val_loss_mean"]
         text = label(name, results[name].get("note")) + ("" if p["larger"] is None else
                               f": as good as a vanilla model {abs(100 * p['larger']):.0f}% "
-                              f"{'larger' if p['larger'] >= 0 else 'smaller'}")
+                              f"{'larger' if p['larger'] >= 0 else 'smaller'}" +
+                              (" (within the rounding floor)" if p.get("within_floor") else ""))
         ax.scatter([p["num_params"]], [loss], s=60, color=f"C{k}", zorder=3, label=text)
         if p["matched_params"]:
             ax.annotate("", (p["matched_params"], loss), (p["num_params"], loss),

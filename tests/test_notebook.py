@@ -85,6 +85,9 @@ def test_the_notebook_runs_and_shows_every_result(tmp_path):
     assert "ours (2 x 16, 32 tokens)" in text  # the cache's label says the settings it ran at
     assert text.count("    iter ") >= 2  # train.py's progress, streamed as it trains
     assert "value_embed  total" in text and "active per token" in text  # what came after
+    # ... and the size-curve campaign's committed reading, every variant placed on vanilla's line
+    assert "vanilla's line loss =" in text
+    assert text.count("as good as a vanilla model") == 4 and "learned lambda_n, from 0.5" in text
     assert "SVFormer / vanilla = 0.542" in text  # (L + 1) / (2L) at GPT-2 small's L = 12
     assert text.count("val loss over the whole validation split") == 2
     assert "left the plateau" in text and "real words:" in text

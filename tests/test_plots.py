@@ -412,6 +412,14 @@ def test_the_size_curve_draws_the_noise_floor_as_a_band_along_the_line(tmp_path,
         assert (low, high) == pytest.approx((on_line - 0.03, on_line + 0.03), abs=1e-6)
     assert len(band_edges(band)) >= len(line.get_xdata())
     assert not any("noise floor" in text for text in legend_of(ax))  # never placed as a variant
+    # ResFormer on the line at its own size: within a floor worth exp(0.03 / 0.2) - 1 = 16%
+    assert ("ResFormer: as good as a vanilla model 0% smaller (within the rounding floor)"
+            in legend_of(ax))
+    resformer = results["resformer"]  # now at a 300k vanilla's loss: 100% larger, beyond it
+    resformer["val_loss"] = [5 - 0.2 * np.log(3e5)] * 2
+    resformer["val_loss_mean"] = resformer["val_loss"][0]
+    plots.curve_figure(plots.pyplot(), str(tmp_path), results)
+    assert "ResFormer: as good as a vanilla model 100% larger" in legend_of(figures[-1].axes[0])
 
 
 def test_the_lr_search_marks_a_best_at_the_grids_edge(tmp_path, figures):

@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -151,6 +152,26 @@ def test_committed_records_are_reused_without_checkpoints(floored, tmp_path):
     assert status == 0, printed
     assert ": training" not in printed and printed.count("reusing") == 5
     assert finals(copy) == finals(out)
+
+
+def test_the_committed_size_curve_table_is_what_its_committed_runs_give(tmp_path, monkeypatch):
+    """docs/results/size_curve/results.json (what the notebook and docs/RESULTS.md read) is what
+    the command on the first line of its results.md rebuilds from the runs committed beside it,
+    training nothing: the table is never staler than its records."""
+    committed = ROOT / "docs" / "results" / "size_curve"
+    table = json.load(open(committed / "results.json"))
+    shutil.copytree(committed, tmp_path / "docs" / "results" / "size_curve",
+                    ignore=shutil.ignore_patterns("*.pt", "train.out", "*.png", "results.*"))
+    monkeypatch.chdir(tmp_path)  # the records name their folders relative to the repository
+    monkeypatch.setattr(compare.plots, "write_all", lambda *a, **k: [])
+    command = shlex.split(table["info"]["command"])
+    assert command[:2] == ["python", "compare.py"]
+    status, printed = run_compare(command[2:])
+    assert status == 0 and ": training" not in printed, printed
+    rebuilt = json.load(open(tmp_path / "docs" / "results" / "size_curve" / "results.json"))
+    assert rebuilt["info"]["reused"] == rebuilt["info"]["runs"] == table["info"]["runs"]
+    assert rebuilt["vanilla_curve"] == table["vanilla_curve"]
+    assert finals(tmp_path / "docs" / "results" / "size_curve") == finals(committed)
 
 
 def test_a_run_on_another_thread_count_is_refused_not_mixed_in(floored):
