@@ -189,6 +189,9 @@ def vanilla_curve(results):
                       if v is not None)
         n_eq = r["num_params"] * (1 + x) if x is not None else None
         placed[name] = {"num_params": r["num_params"], "larger": x,
+                        # each seed alone: its own line, its own run read off it (one lucky
+                        # seed shows here, whatever the mean)
+                        "per_seed": [larger(r, [c], fit([c])) for c in every],
                         "interval": ([boot[50], boot[1949]] if len(boot) == 2000 else None),
                         "matched_params": n_eq, "inside": n_eq is not None
                         and math.exp(params.min()) <= n_eq <= math.exp(params.max()),

@@ -318,24 +318,27 @@ def curve_table(curve):
           f"rms, R² {curve['r2']:.2f}). Each variant's mean final loss read off it: the vanilla "
           f"size with that loss, as X% more than the variant's own total parameters "
           f"(negative: a vanilla model that much smaller does as well). Interval: the seeds "
-          f"resampled, the line refitted.\n"]
+          f"resampled, the line refitted. Per seed: each seed's own line, its own run read "
+          f"off it.\n"]
     if curve["floor_factor"]:
         f = curve["floor_factor"]
         md.append(f"Rounding alone moved a final loss by up to {curve['floor']:.4f} (the noise "
                   f"floor): on this line that is a vanilla model {100 * (f - 1):.0f}% larger or "
                   f"{100 * (1 - 1 / f):.0f}% smaller, so a variant read within that is not a "
                   f"result.\n")
-    md += ["| variant | its params | matches vanilla of | X% larger | 95% interval | within the "
-           "sizes measured |" + (" beyond the rounding floor |" if curve["floor_factor"] else ""),
-           "|---|---|---|---|---|---|" + ("---|" if curve["floor_factor"] else "")]
+    md += ["| variant | its params | matches vanilla of | X% larger | 95% interval | per seed | "
+           "within the sizes measured |" + (" beyond the rounding floor |" if curve["floor_factor"]
+                                             else ""),
+           "|---|---|---|---|---|---|---|" + ("---|" if curve["floor_factor"] else "")]
     for name, p in curve["placed"].items():
         if p["larger"] is None:
-            md.append(f"| {name} | {p['num_params']:,} | - | - | - | the line does not fall |")
+            md.append(f"| {name} | {p['num_params']:,} | - | - | - | - | the line does not fall |")
             continue
         interval = ("-" if p["interval"] is None else
                     f"[{100 * p['interval'][0]:+.1f}%, {100 * p['interval'][1]:+.1f}%]")
+        per_seed = ", ".join("-" if x is None else f"{100 * x:+.0f}%" for x in p["per_seed"])
         md.append(f"| {name} | {p['num_params']:,} | {p['matched_params']:,.0f} | "
-                  f"{100 * p['larger']:+.1f}% | {interval} | "
+                  f"{100 * p['larger']:+.1f}% | {interval} | {per_seed} | "
                   f"{'yes' if p['inside'] else 'no: extrapolated'} |" +
                   ((" no: not a result |" if p["within_floor"] else " yes |")
                    if curve["floor_factor"] else ""))

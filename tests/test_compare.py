@@ -262,11 +262,18 @@ def test_vanilla_curve_on_numbers_checkable_by_hand():
     assert res["larger"] == pytest.approx(1.0) and res["matched_params"] == pytest.approx(3e5)
     assert res["interval"][0] < 1.0 < res["interval"][1] and res["inside"]
     assert curve["placed"]["svformer"]["larger"] == pytest.approx(0.0, abs=1e-9)
+    # per seed: seed 2's sizes lie exactly on the line and its resformer run is 0.01 above a 300k
+    # vanilla's loss, so seed 2 alone reads 2 exp(-0.01 / 0.2) - 1 = +90%
+    assert res["per_seed"][1] == pytest.approx(2 * math.exp(-0.05) - 1)
+    assert len(res["per_seed"]) == 3
+    assert curve["placed"]["svformer"]["per_seed"][1] == pytest.approx(0.0, abs=1e-9)
     assert curve["slope_interval"][0] < -0.2 < curve["slope_interval"][1]
     table = tables.curve_table(curve)
     row = next(line for line in table if line.startswith("| resformer |"))
     assert row.startswith("| resformer | 150,000 | 300,000 | +100.0% | [") and row.endswith(
         "| yes |")
+    assert f"| {100 * res['per_seed'][0]:+.0f}%, +90%, {100 * res['per_seed'][2]:+.0f}% | yes |" \
+        in row
     assert "5.0000 -0.2000 ln(params)" in "\n".join(table)
     assert curve["floor"] is None and "rounding floor" not in "\n".join(table)
     # the noise floor's run (vanilla nudged, seed 1 only): 0.02 above vanilla on that seed is a
