@@ -448,7 +448,8 @@ def size_figure(plt, root, sweep, unit="token"):
 def curve_figure(plt, root, results, unit="token"):
     """The paper's measure as a picture: vanilla's final loss at each size (dots: seeds), the
     line through them, and each variant at its own parameters with an arrow along the line to
-    the vanilla size that matches it."""
+    the vanilla size that matches it; where the sizes do not lie on one line (the table's rule),
+    their means joined, each variant a point, and no arrow."""
     curve = vanilla_curve(results)
     (a, b), sizes = curve["line"], curve["sizes"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -456,6 +457,20 @@ def curve_figure(plt, root, results, unit="token"):
         r = results[n]
         ax.scatter([r["num_params"]] * len(r["val_loss"]), r["val_loss"], s=10, color="gray",
                    alpha=0.5)
+    if curve["poor"]:  # as the table: the points, and no size read off a line they do not follow
+        by_size = sorted(sizes, key=sizes.get)
+        ax.plot([sizes[n] for n in by_size], [curve["points"][n] for n in by_size], "o--",
+                color="black", lw=LINE, label=f"vanilla, {len(sizes)} sizes (grey dots: seeds): "
+                f"not on one line (R² {curve['r2']:.2f}), so no reading")
+        for k, name in enumerate(n for n in curve["placed"] if n != FLOOR):
+            ax.scatter([results[name]["num_params"]], [results[name]["val_loss_mean"]], s=60,
+                       color=f"C{k}", zorder=3, label=label(name, results[name].get("note")))
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(token_units)
+        ax.xaxis.set_minor_formatter(lambda x, _: token_units(x) if str(x)[0] in "2468" else "")
+        ax.set(xlabel="parameters (total)", ylabel=f"final val loss (nats per {unit},\nwhole "
+               "split, mean over seeds)", title="Vanilla's loss against size, and each variant")
+        return save(plt, fig, os.path.join(root, "size_curve.png"))
     span = np.geomspace(min(sizes.values()) / 1.15, max(sizes.values()) * 1.15, 50)
     ax.plot(span, a + b * np.log(span), color="black", lw=LINE,
             label=f"vanilla, {len(sizes)} sizes (dots: seeds)")

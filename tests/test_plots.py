@@ -396,6 +396,24 @@ def test_the_size_curve_places_each_variant_on_vanillas_line(tmp_path, figures):
     assert not any("floor" in text for text in legend_of(ax))  # no floor trained: no band
 
 
+def test_a_size_curve_that_bends_draws_the_points_and_reads_nothing_off(tmp_path, figures):
+    """Vanilla's largest size no lower than the middle one: the table reads nothing off a line
+    the points do not follow, so neither does the picture (no arrow, no 'as good as')."""
+    results = size_results()
+    results["vanilla:n_embd=24"]["val_loss"] = list(results["vanilla"]["val_loss"])
+    results["vanilla:n_embd=24"]["val_loss_mean"] = results["vanilla"]["val_loss_mean"]
+    plots.curve_figure(plots.pyplot(), str(tmp_path), results)
+    ax = figures[-1].axes[0]
+    labels = legend_of(ax)
+    assert labels[0].startswith("vanilla, 3 sizes (grey dots: seeds): not on one line (R² ") and labels[0].endswith(
+        "so no reading") and labels[1:] == ["ResFormer"]
+    assert not ax.texts  # no arrow
+    joined = ax.lines[0]
+    assert list(joined.get_xdata()) == [1e5, 2e5, 4e5]
+    assert list(joined.get_ydata()) == pytest.approx(
+        [results[n]["val_loss_mean"] for n in ("vanilla:n_embd=8", "vanilla", "vanilla:n_embd=24")])
+
+
 def test_the_size_curve_draws_the_noise_floor_as_a_band_along_the_line(tmp_path, figures):
     """With the floor trained, the line carries a grey band of ±floor: a variant inside it is
     within what rounding alone does."""
