@@ -23,8 +23,8 @@ is `python train.py` in its own folder (<variant>_seed<k>/; lab/runs.py), --jobs
 same command again reuses finished runs and resumes stopped ones. Writes results.md,
 results.json and (with matplotlib) pictures to out_dir.
 """
+import collections
 import os
-import platform
 import re
 import time
 from types import SimpleNamespace
@@ -38,7 +38,7 @@ from configurator import (COUNT, POSITIVE, ConfigError, at_least, between, given
 from lab import plots, tables
 from lab.analysis import (FLOOR, bracketed, crossing, escape, internals, next_lr,
                           paired_stats, round_lr)
-from lab.runs import final_loss, finished, heldout_windows, run_grid
+from lab.runs import final_loss, finished, hardware, heldout_windows, run_grid
 from model import GPT, VALUE_MODES
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, decay_end
 
@@ -482,6 +482,9 @@ def main(argv):
     given = sorted(given_keys(argv[1:] if argv and argv[0] == DEFAULT_PRESET else argv))
     info = {"command": "python compare.py" + "".join(" " + a for a in argv if a != DEFAULT_PRESET),
             "seeds": seeds, "hardware": hardware(device), "jobs": jobs, "threads": cfg["threads"],
+            # a reused run may have trained elsewhere: its numbers hold on the machine that did
+            "trained_on": dict(collections.Counter(s.get("machine", "not recorded")
+                                                   for s in done.values())),
             "wall_min": (time.time() - t_start) / 60,
             "runs": len(unique), "reused": reused, "given": given,
             "escape_loss": cfg["escape_loss"], "unit": unit}
@@ -517,17 +520,6 @@ def stopped(root):
     print(f"interrupted: finished runs are kept in {root}, stopped ones have checkpoints; "
           f"run the same command again to continue")
     return 130
-
-
-def hardware(device):
-    """'NVIDIA H200, torch ...' or the CPU's model name and core count, for the results header."""
-    if device.startswith("cuda"):
-        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
-    name = platform.processor() or platform.machine()
-    if os.path.isfile("/proc/cpuinfo"):
-        found = re.search(r"model name\s*:\s*(.+)", open("/proc/cpuinfo").read())
-        name = found.group(1).strip() if found else name
-    return f"{name}, {os.cpu_count()} cores, torch {torch.__version__}"
 
 
 if __name__ == "__main__":

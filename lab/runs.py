@@ -5,6 +5,7 @@ and summary.json, a finished run's numbers with the analysis of its final model.
 """
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -143,6 +144,20 @@ def command(cfg, run_dir):
     return args, False
 
 
+def hardware(device):
+    """'NVIDIA H200, torch ...' or the CPU's model name and core count: where a run trained
+    (device 'auto' as train.py resolves it)."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    name = platform.processor() or platform.machine()
+    if os.path.isfile("/proc/cpuinfo"):
+        found = re.search(r"model name\s*:\s*(.+)", open("/proc/cpuinfo").read())
+        name = found.group(1).strip() if found else name
+    return f"{name}, {os.cpu_count()} cores, torch {torch.__version__}"
+
+
 def summarise(cfg, run_dir, samples, threads):
     """summary.json of a finished run: its log's numbers and the analysis of its final model."""
     log = read_log(run_dir)
@@ -160,6 +175,8 @@ def summarise(cfg, run_dir, samples, threads):
                "tokens_per_step": first_record["tokens_per_step"],
                "tokens_per_sec": speeds[len(speeds) // 2],
                "threads": threads, "kv_cache_bytes_per_token": model.kv_cache_bytes(1, 1),
+               # another CPU rounds otherwise: a run's numbers hold on the machine that printed them
+               "machine": hardware(cfg["device"]),
                **analyse(model, heldout_windows(cfg, samples))}
     return write_summary(run_dir, summary)
 
@@ -167,7 +184,8 @@ def summarise(cfg, run_dir, samples, threads):
 def diverged_summary(cfg, run_dir):
     """summary.json of a run whose loss stopped being finite: a result (worse than any finite
     loss), reused like a finished run."""
-    return write_summary(run_dir, {"config": cfg, "status": "diverged", "val_loss_full": None})
+    return write_summary(run_dir, {"config": cfg, "status": "diverged", "val_loss_full": None,
+                                   "machine": hardware(cfg["device"])})
 
 
 def write_summary(run_dir, summary):

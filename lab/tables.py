@@ -121,7 +121,7 @@ def write_tables(root, results, sweep, info, search=None):
     md = ["# Value residual comparison\n"] + verdicts + [
           f"`{info['command']}` — {info['hardware']}, {plural(info['jobs'], 'run')} side "
           f"by side, {plural(info.get('threads', 1), 'thread')} each, "
-          f"{info['wall_min']:.1f} min{reused}\n", tuned,
+          f"{info['wall_min']:.1f} min{reused}{trained_on(info)}\n", tuned,
           f"Final val loss = the whole validation split, every token once. Seeds {info['seeds']}: "
           f"same seed = same initial weights' RNG and the same batches in every mode." +
           (" Paired difference = variant - vanilla per seed; "
@@ -291,6 +291,16 @@ def size_table(sweep):
                   f"{f['middle_params']:,.0f} | {saving} | {interval} | "
                   f"{100 * f['falling']:.0f}% of resamples | {len(f['seeds'])} |")
     return md
+
+
+def trained_on(info):
+    """'' when every run trained on the machine that writes the table; else where each did."""
+    machines = info.get("trained_on", {})
+    if set(machines) <= {info["hardware"]}:
+        return ""
+    return ("; the runs trained on " + ", ".join(f"{m} ({plural(n, 'run')})"
+                                                 for m, n in sorted(machines.items())) +
+            " (a run's numbers hold on the machine that printed them)")
 
 
 def slope_interval(curve):

@@ -135,6 +135,11 @@ def test_tiny_comparison_writes_everything(tiny):
     assert (out / "vanilla_seed1338" / "summary.json").is_file()
     assert (out / "vanilla-nudge=1_seed1337" / "summary.json").is_file()
     assert not (out / "vanilla-nudge=1_seed1338").exists()  # --noise_floor=1: the first seed
+    # each run records where it trained; all here, so the header names one machine, once
+    assert json.load(open(out / "vanilla_seed1338" / "summary.json"))["machine"] == \
+        runs.hardware("cpu")
+    assert tiny.results["info"]["trained_on"] == {runs.hardware("cpu"): 17}
+    assert "the runs trained on" not in md and md.count(runs.hardware("cpu")) == 1
     for png in ("loss.png", "attention_entropy.png", "similarity.png", "mixing.png",
                 "attention_maps.png", "size_curve.png"):
         assert (out / png).is_file() == _has_matplotlib()
@@ -143,6 +148,17 @@ def test_tiny_comparison_writes_everything(tiny):
         assert tiny.printed.count(LIVE_LINE) == 1
         assert tiny.printed.index(f"{LIVE_LINE}{out / 'loss.png'}\n") < tiny.printed.index(
             "[1/17]")
+
+
+def test_runs_reused_from_other_machines_are_named_in_the_header():
+    """A campaign's committed runs may come from several machines (another CPU rounds
+    otherwise): the header then says where each trained; runs older than the record, as such."""
+    info = {"hardware": "CPU A, 2 cores", "trained_on": {"CPU A, 2 cores": 3}}
+    assert tables.trained_on(info) == ""
+    info["trained_on"] = {"CPU A, 2 cores": 3, "GPU B": 1, "not recorded": 2}
+    assert tables.trained_on(info) == (
+        "; the runs trained on CPU A, 2 cores (3 runs), GPU B (1 run), not recorded (2 runs) "
+        "(a run's numbers hold on the machine that printed them)")
 
 
 def test_a_variant_override_changes_only_that_variant(tiny):
