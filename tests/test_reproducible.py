@@ -172,6 +172,8 @@ def test_the_committed_size_curve_table_is_what_its_committed_runs_give(tmp_path
     assert rebuilt["info"]["reused"] == rebuilt["info"]["runs"] == table["info"]["runs"]
     assert rebuilt["vanilla_curve"] == table["vanilla_curve"]
     assert finals(tmp_path / "docs" / "results" / "size_curve") == finals(committed)
+    # the README gives that very command beside the table's row
+    assert table["info"]["command"] in (ROOT / "README.md").read_text()
 
 
 def test_a_run_on_another_thread_count_is_refused_not_mixed_in(floored):
