@@ -376,14 +376,7 @@ def per_mode(summaries, names, seeds, point, escape_loss=0.0, gap_steps=()):
 def main(argv):
     if not any(not a.startswith("-") for a in argv) and os.path.isfile(DEFAULT_PRESET):
         argv = [DEFAULT_PRESET] + list(argv)  # no preset named: the comparison preset
-    for arg in argv:
-        if arg.startswith("--") and arg[2:].partition("=")[0] in ACTIONS:
-            raise ConfigError(f"compare.py takes no {arg}: the same command again reuses finished "
-                              f"runs and resumes stopped ones from their checkpoints; to train "
-                              f"them afresh, use another --out_dir")
-    if "seed" in given_keys(argv):  # train.py's one seed: here --seeds names every one
-        raise ConfigError("compare.py takes no seed: --seeds lists the seeds to train "
-                          "(--seeds=42 for one, --seeds=42,43,44 for three)")
+    refuse_train_only(argv)
     cfg = vars(parse_args(SETTINGS, argv, USAGE, "compare.py"))
     if cfg["plot"]:
         os.makedirs(cfg["out_dir"], exist_ok=True)
@@ -514,6 +507,18 @@ def failures(failed, total=None):
           ", ".join(os.path.basename(run) for run in failed) + "): fix it and run the same "
           "command again; finished runs are reused", flush=True)
     return 1
+
+
+def refuse_train_only(argv):
+    """train.py's settings that mean nothing here, each refused in one line that says why."""
+    for arg in argv:
+        if arg.startswith("--") and arg[2:].partition("=")[0] in ACTIONS:
+            raise ConfigError(f"compare.py takes no {arg}: the same command again reuses finished "
+                              f"runs and resumes stopped ones from their checkpoints; to train "
+                              f"them afresh, use another --out_dir")
+    if "seed" in given_keys(argv):  # train.py's one seed: here --seeds names every one
+        raise ConfigError("compare.py takes no seed: --seeds lists the seeds to train "
+                          "(--seeds=42 for one, --seeds=42,43,44 for three)")
 
 
 def stopped(root):
