@@ -465,12 +465,34 @@ def curve_figure(plt, root, results, unit="token"):
         for k, name in enumerate(n for n in curve["placed"] if n != FLOOR):
             ax.scatter([results[name]["num_params"]], [results[name]["val_loss_mean"]], s=60,
                        color=f"C{k}", zorder=3, label=label(name, results[name].get("note")))
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(token_units)
-        ax.xaxis.set_minor_formatter(lambda x, _: token_units(x) if str(x)[0] in "2468" else "")
-        ax.set(xlabel="parameters (total)", ylabel=f"final val loss (nats per {unit},\nwhole "
-               "split, mean over seeds)", title="Vanilla's loss against size, and each variant")
-        return save(plt, fig, os.path.join(root, "size_curve.png"))
+        ylabel, title = ("whole split, mean over seeds",
+                         "Vanilla's loss against size, and each variant")
+    else:
+        span = np.geomspace(min(sizes.values()) / 1.15, max(sizes.values()) * 1.15, 50)
+        line = a + b * np.log(span)
+        ax.plot(span, line, color="black", lw=LINE,
+                label=f"vanilla, {len(sizes)} sizes (dots: seeds)")
+        if curve["floor"] is not None:  # a variant inside the band is within what rounding does
+            ax.fill_between(span, line - curve["floor"], line + curve["floor"], color="gray",
+                            alpha=0.2, lw=0, label=f"rounding floor (±{curve['floor']:.3f})")
+        placed = {n: p for n, p in curve["placed"].items() if n != FLOOR}  # (analysis skips it)
+        for k, (name, p) in enumerate(placed.items()):
+            loss = results[name]["val_loss_mean"]
+            text = label(name, results[name].get("note")) + ("" if p["larger"] is None else
+                                  f": as good as a vanilla model {abs(100 * p['larger']):.0f}% "
+                                  f"{'larger' if p['larger'] >= 0 else 'smaller'}" +
+                                  (" (within the rounding floor)" if p["within_floor"] else ""))
+            ax.scatter([p["num_params"]], [loss], s=60, color=f"C{k}", zorder=3, label=text)
+            if p["matched_params"]:
+                ax.annotate("", (p["matched_params"], loss), (p["num_params"], loss),
+                            arrowprops=dict(arrowstyle="->", color=f"C{k}", lw=LINE))
+        ylabel, title = "whole split", "Each variant on vanilla's loss-against-size line"
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(token_units)
+    ax.xaxis.set_minor_formatter(lambda x, _: token_units(x) if str(x)[0] in "2468" else "")
+    ax.set(xlabel="parameters (total)", ylabel=f"final val loss (nats per {unit},\n{ylabel})",
+           title=title)
+    return save(plt, fig, os.path.join(root, "size_curve.png"))
     span = np.geomspace(min(sizes.values()) / 1.15, max(sizes.values()) * 1.15, 50)
     ax.plot(span, a + b * np.log(span), color="black", lw=LINE,
             label=f"vanilla, {len(sizes)} sizes (dots: seeds)")
