@@ -202,7 +202,7 @@ def test_the_vanilla_size_curve_is_tabled_and_drawn(tiny):
     assert len(set(curve["sizes"].values())) == 3 and curve["seeds"] == [1337, 1338]
     assert set(curve["placed"]) == set(m) - set(sizes) - {analysis.FLOOR}  # (vanilla again)
     assert curve == json.loads(json.dumps(analysis.vanilla_curve(m)))
-    assert "\n".join(tables.curve_table(analysis.vanilla_curve(m))) in tiny.md
+    assert "\n".join(tables.curve_table(analysis.vanilla_curve(m), m)) in tiny.md
     rows = table_rows(tiny.md, "## Matches a vanilla model X% larger")
     means = [m[n]["val_loss_mean"] for n in sorted(sizes, key=lambda n: m[n]["num_params"])]
     # off one line (R² under 0.9, or a larger vanilla not lower): the points, no reading
@@ -210,8 +210,11 @@ def test_the_vanilla_size_curve_is_tabled_and_drawn(tiny):
     if curve["poor"]:  # (2 steps of tiny models can be)
         assert "## Matches a vanilla model X% larger (the paper's measure): not read off\n" in (
             tiny.md)
-        assert rows == [[n, f"{m[n]['num_params']:,}", f"{m[n]['val_loss_mean']:.4f}"]
-                        for n in sizes]
+        # one ladder, lowest mean first: the sizes (in bold) and every variant placed
+        ladder = sorted(list(sizes) + list(curve["placed"]), key=lambda n: m[n]["val_loss_mean"])
+        assert [row[:3] for row in rows] == [
+            [f"**{n}**" if n in sizes else n, f"{m[n]['num_params']:,}",
+             f"{m[n]['val_loss_mean']:.4f}"] for n in ladder]
     else:
         assert "## Matches a vanilla model X% larger (the paper's measure)\n" in tiny.md
         assert [row[:2] for row in rows] == [[n, f"{m[n]['num_params']:,}"]
@@ -335,6 +338,31 @@ def test_vanilla_curve_on_numbers_checkable_by_hand():
     assert not analysis.is_vanilla_size("vanilla:max_iters=100")
     assert not analysis.is_vanilla_size("vanilla_kv1") and not analysis.is_vanilla_size(
         "resformer:n_embd=48")
+
+
+def test_off_one_line_the_sizes_and_variants_stand_on_one_ladder():
+    """Vanilla at 3 sizes whose middle one is the worst (a larger model not lower): poor, so no
+    X% is read off; the table gives the line that was fitted, the floor's worth on it, and every
+    run ranked by its mean loss with each seed's own loss."""
+    def r(n, losses):
+        return {"num_params": n, "seeds": [1, 2], "val_loss": list(losses)}
+    results = {"vanilla:n_embd=8": r(100, (2.0, 2.2)), "vanilla": r(200, (2.3, 2.3)),
+               "vanilla:n_embd=24": r(400, (1.5, 1.7)), "resformer": r(200, (1.9, 2.0)),
+               analysis.FLOOR: {**r(200, ()), "seeds": [1], "paired": {"differences": [0.05]}}}
+    curve = analysis.vanilla_curve(results)
+    assert curve["poor"] and curve["points"]["vanilla"] == pytest.approx(2.3)
+    table = tables.curve_table(curve, results)
+    text = "\n".join(table)
+    assert "not read off" in table[0] and "X% larger |" not in text
+    a, b = curve["line"]
+    assert f"would be loss = {a:.4f} {b:+.4f} ln(params)" in text and "slope 95% interval" in text
+    assert (f"moved a final loss by up to 0.0500: on that line, a vanilla model "
+            f"{100 * (math.exp(0.05 / -b) - 1):.0f}% larger") in text
+    ladder = [line for line in table if line.startswith("| ") and not line.startswith("| run")]
+    assert ladder == ["| **vanilla:n_embd=24** | 400 | 1.6000 | 1.5000, 1.7000 |",
+                      "| resformer | 200 | 1.9500 | 1.9000, 2.0000 |",
+                      "| **vanilla:n_embd=8** | 100 | 2.1000 | 2.0000, 2.2000 |",
+                      "| **vanilla** | 200 | 2.3000 | 2.3000, 2.3000 |"]
 
 
 def test_time_left_counts_the_steps_left_at_the_finished_runs_pace(tmp_path):
