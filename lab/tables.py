@@ -325,6 +325,11 @@ def curve_table(curve, results=None):
           f"(negative: a vanilla model that much smaller does as well). Interval: the seeds "
           f"resampled, the line refitted. Per seed: each seed's own line, its own run read "
           f"off it.\n"]
+    if curve.get("vanilla_reading") is not None:
+        md.append(f"Vanilla itself ({sizes['vanilla']:,} parameters), read off the same line, "
+                  f"is as good as a vanilla model {100 * curve['vanilla_reading']:+.1f}% larger: "
+                  f"the line's miss at the preset's size, which every variant near vanilla's "
+                  f"loss shares, so a reading compares with this one.\n")
     if curve["floor_factor"]:
         f = curve["floor_factor"]
         md.append(f"Rounding alone moved a final loss by up to {curve['floor']:.4f} (the noise "

@@ -281,6 +281,14 @@ def test_vanilla_curve_on_numbers_checkable_by_hand():
     assert res["larger"] == pytest.approx(1.0) and res["matched_params"] == pytest.approx(3e5)
     assert res["interval"][0] < 1.0 < res["interval"][1] and res["inside"]
     assert curve["placed"]["svformer"]["larger"] == pytest.approx(0.0, abs=1e-9)
+    assert curve["vanilla_reading"] == pytest.approx(0.0, abs=1e-9)  # on its own line
+    # vanilla 0.03 below the line's other points: read off the refitted line, as the line says
+    low = {**results, "vanilla": r(2e5, line(2e5) - 0.03, (0.0, 0.0, 0.0))}
+    bent = analysis.vanilla_curve(low)
+    (a, b), own = bent["line"], bent["vanilla_reading"]
+    assert own == pytest.approx(math.exp((line(2e5) - 0.03 - a) / b) / 2e5 - 1) and own > 0.05
+    assert f"read off the same line, is as good as a vanilla model {100 * own:+.1f}% larger" in (
+        "\n".join(tables.curve_table(bent)))
     # per seed: seed 2's sizes lie exactly on the line and its resformer run is 0.01 above a 300k
     # vanilla's loss, so seed 2 alone reads 2 exp(-0.01 / 0.2) - 1 = +90%
     assert res["per_seed"][1] == pytest.approx(2 * math.exp(-0.05) - 1)

@@ -96,6 +96,7 @@ def test_the_notebook_runs_and_shows_every_result(tmp_path):
         assert text.count("mean final loss") == len(curve["sizes"]) + len(curve["placed"])
     else:
         assert text.count("as good as a vanilla model") == len(curve["placed"])
+        assert f"read off its own line: {curve['vanilla_reading']:+.0%}" in text
     assert "SVFormer / vanilla = 0.542" in text  # (L + 1) / (2L) at GPT-2 small's L = 12
     assert text.count("val loss over the whole validation split") == 2
     assert "left the plateau" in text and "real words:" in text
