@@ -493,30 +493,6 @@ def curve_figure(plt, root, results, unit="token"):
     ax.set(xlabel="parameters (total)", ylabel=f"final val loss (nats per {unit},\n{ylabel})",
            title=title)
     return save(plt, fig, os.path.join(root, "size_curve.png"))
-    span = np.geomspace(min(sizes.values()) / 1.15, max(sizes.values()) * 1.15, 50)
-    ax.plot(span, a + b * np.log(span), color="black", lw=LINE,
-            label=f"vanilla, {len(sizes)} sizes (dots: seeds)")
-    if curve["floor"] is not None:  # a variant inside the band is within what rounding does
-        ax.fill_between(span, a + b * np.log(span) - curve["floor"],
-                        a + b * np.log(span) + curve["floor"], color="gray", alpha=0.2, lw=0,
-                        label=f"rounding floor (±{curve['floor']:.3f})")
-    placed = {n: p for n, p in curve["placed"].items() if n != FLOOR}  # (analysis skips it too)
-    for k, (name, p) in enumerate(placed.items()):
-        loss = results[name]["val_loss_mean"]
-        text = label(name, results[name].get("note")) + ("" if p["larger"] is None else
-                              f": as good as a vanilla model {abs(100 * p['larger']):.0f}% "
-                              f"{'larger' if p['larger'] >= 0 else 'smaller'}" +
-                              (" (within the rounding floor)" if p.get("within_floor") else ""))
-        ax.scatter([p["num_params"]], [loss], s=60, color=f"C{k}", zorder=3, label=text)
-        if p["matched_params"]:
-            ax.annotate("", (p["matched_params"], loss), (p["num_params"], loss),
-                        arrowprops=dict(arrowstyle="->", color=f"C{k}", lw=LINE))
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(token_units)
-    ax.xaxis.set_minor_formatter(lambda x, _: token_units(x) if str(x)[0] in "2468" else "")
-    ax.set(xlabel="parameters (total)", ylabel=f"final val loss (nats per {unit},\nwhole split)",
-           title="Each variant on vanilla's loss-against-size line")
-    return save(plt, fig, os.path.join(root, "size_curve.png"))
 
 
 def attention_maps(plt, root, maps):

@@ -325,7 +325,7 @@ def curve_table(curve, results=None):
           f"(negative: a vanilla model that much smaller does as well). Interval: the seeds "
           f"resampled, the line refitted. Per seed: each seed's own line, its own run read "
           f"off it.\n"]
-    if curve.get("vanilla_reading") is not None:
+    if curve["vanilla_reading"] is not None:
         md.append(f"Vanilla itself ({sizes['vanilla']:,} parameters), read off the same line, "
                   f"is as good as a vanilla model {100 * curve['vanilla_reading']:+.1f}% larger: "
                   f"the line's miss at the preset's size, which every variant near vanilla's "
@@ -373,14 +373,10 @@ def poor_curve_table(curve, results):
                    f"{100 * (1 - 1 / f):.0f}% smaller.")
     md += ["\nEvery run of the measure, lowest mean final loss first (vanilla's sizes in bold):\n",
            "| run | params | mean val loss | per seed |", "|---|---|---|---|"]
-    ladder = {n: (p, curve["points"][n]) for n, p in curve["sizes"].items()}
-    for name, p in curve["placed"].items():
-        r = results[name]
-        ladder[name] = (p["num_params"], np.mean([r["val_loss"][r["seeds"].index(s)]
-                                                  for s in seeds]))
-    for name, (params, mean) in sorted(ladder.items(), key=lambda item: item[1][1]):
-        r = results[name]
-        per_seed = ", ".join(f"{r['val_loss'][r['seeds'].index(s)]:.4f}" for s in seeds)
+    losses = {n: [results[n]["val_loss"][results[n]["seeds"].index(s)] for s in seeds]
+              for n in [*curve["sizes"], *curve["placed"]]}
+    for name in sorted(losses, key=lambda n: np.mean(losses[n])):
         shown = f"**{name}**" if name in curve["sizes"] else name
-        md.append(f"| {shown} | {params:,} | {mean:.4f} | {per_seed} |")
+        md.append(f"| {shown} | {results[name]['num_params']:,} | {np.mean(losses[name]):.4f} | "
+                  + ", ".join(f"{x:.4f}" for x in losses[name]) + " |")
     return md
