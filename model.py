@@ -15,7 +15,7 @@ one value tensor for SVFormer.
 """
 import inspect
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn as nn
@@ -219,6 +219,7 @@ class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
+        vanilla_rng = torch.get_rng_state()  # where a vanilla model's draws would start
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             wpe=nn.Embedding(config.block_size, config.n_embd),
@@ -233,6 +234,24 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        if config.value_mode != "vanilla":
+            self.start_like_vanilla(vanilla_rng)
+
+    @torch.no_grad()
+    def start_like_vanilla(self, vanilla_rng):
+        """Pairing: with the same seed, every tensor this mode shares with vanilla starts at
+        vanilla's values, so a one-seed difference comes from the mode, not from other random
+        draws. (A mode's extra or missing tensors would otherwise shift every later draw.) Its own
+        tensors, such as value embeddings' tables, keep the draws they made; SVFormer's c_attn,
+        which has no value rows, takes vanilla's query and key rows."""
+        own_rng = torch.get_rng_state()
+        torch.set_rng_state(vanilla_rng)
+        vanilla = GPT(replace(self.config, value_mode="vanilla", lambda_1=0.5, lambda_2=0.5,
+                              learnable_lambda=False)).state_dict()
+        torch.set_rng_state(own_rng)  # the RNG goes on as if vanilla had never been drawn
+        for name, tensor in self.state_dict().items():
+            if name in vanilla and tensor.dim() == vanilla[name].dim():
+                tensor.copy_(vanilla[name][tuple(slice(0, n) for n in tensor.shape)])
 
     def _init_weights(self, module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
