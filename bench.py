@@ -10,6 +10,8 @@ and without the KV cache, and the cache's bytes. Prints tables and writes everyt
     python bench.py --threads=1
     # GPT-2 124M (on a GPU: bf16, compile, MFU, memory)
     python bench.py config/gpt2_124m.py
+    # the GPU path end to end, in under 10 minutes (train, each mode, sample, torchrun)
+    python bench.py --gpu_check
     # cache bytes only (cheap anywhere)
     python bench.py config/gpt2_124m.py --parts=cache --dtype=bfloat16
 
@@ -19,16 +21,19 @@ applied to the training step only: the cache's growing length would recompile ev
 """
 import json
 import os
+import subprocess
+import sys
 import time
+from types import SimpleNamespace
 
 import torch
 from torch.utils.benchmark import Measurement, Timer
 
 import data
-from configurator import (COUNT, POSITIVE, ConfigError, parse_args, parse_list, plural, run_main,
-                          setup_device)
+from configurator import (COUNT, POSITIVE, ConfigError, gpu_peak_flops, parse_args, parse_list,
+                          plural, run_main, setup_device)
 from model import GPT, VALUE_MODES, GPTConfig, KVCache, kv_cache_bytes
-from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
+from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, training_step
 
 # train.py's settings that a timing does not use: a preset may set them (config/*.py work as they
 # are) and they are ignored; --help does not list them and the command line refuses them
@@ -54,6 +59,9 @@ BENCH_SETTINGS = dict(
     json_out=("out/bench.json", "where the full results go (empty: nowhere)"),
     threads=(0, "CPU threads for torch (0 = its default; 1 is steadier on a busy shared CPU)",
              COUNT),
+    gpu_check=(False, "check the GPU path end to end (under 10 min on one A100/H100-class GPU): "
+                      "train.py at GPT-2 small's shape with compile, each mode's step, sample.py "
+                      "with the cache against no cache, torchrun on 2 GPUs if there are 2"),
 )
 SETTINGS = {**{k: v for k, v in TRAIN_SETTINGS.items() if k not in UNUSED}, **BENCH_SETTINGS}
 USAGE = "usage: python bench.py [config/preset.py ...] [--key=value ...]"
@@ -138,21 +146,6 @@ def device_type(device):
     return device.split(":")[0]  # 'cuda:1' -> 'cuda'
 
 
-# Dense bf16 peak FLOP/s per GPU, for MFU (an unknown GPU gets none rather than a wrong one).
-# Hopper SXM 989.4 TFLOP/s (datasheets give twice that, with sparsity), NVL 835 per GPU, PCIe 756.
-GPU_PEAK_BF16_FLOPS = {
-    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12,
-    "H100": 989.4e12, "H200": 989.4e12, "GH200": 989.4e12,
-    "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
-    "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
-
-
-def gpu_peak_flops(device_name):
-    """Peak bf16 FLOP/s for a name like 'NVIDIA H200' (longest key first), or None if unknown."""
-    return next((GPU_PEAK_BF16_FLOPS[n] for n in sorted(GPU_PEAK_BF16_FLOPS, key=len, reverse=True)
-                 if n in device_name), None)
-
-
 # ---- training step ----
 
 def bench_train(cfg, device, dtype, autocast):
@@ -165,6 +158,7 @@ def bench_train(cfg, device, dtype, autocast):
     B, T, micro_steps = cfg["batch_size"], cfg["seq_len"], cfg["accumulation"]
     gen = torch.Generator().manual_seed(cfg["seed"])
     x, y = (torch.randint(cfg["vocab_size"], (B, T), generator=gen).to(device) for _ in range(2))
+    batches = SimpleNamespace(next=lambda: (x, y))  # the same tokens every micro-step
     d = cfg  # train.py's optimizer settings
     timers, raws, results = {}, {}, {}
     for mode in cfg["modes"]:
@@ -178,17 +172,8 @@ def bench_train(cfg, device, dtype, autocast):
         scaler = torch.amp.GradScaler(kind, enabled=dtype == "float16")
         model = torch.compile(raw) if cfg["compile"] else raw
 
-        def step(model=model, opt=opt, scaler=scaler):  # train.py's step: micro-steps, clip, AdamW
-            for _ in range(micro_steps):
-                with autocast:
-                    loss = model(x, y)[1] / micro_steps
-                scaler.scale(loss).backward()
-            if d["grad_clip"] > 0:
-                scaler.unscale_(opt)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), d["grad_clip"])
-            scaler.step(opt)
-            scaler.update()
-            opt.zero_grad(set_to_none=True)
+        def step(model=model, opt=opt, scaler=scaler):  # train.py's step, itself
+            training_step(model, opt, scaler, batches, micro_steps, d["grad_clip"], autocast)
 
         for _ in range(cfg["warmup_steps"]):  # first calls allocate, autotune, compile: not timed
             step()
@@ -489,8 +474,58 @@ def print_targets(targets):
         print(f"  {t['target']}: {value} (goal {t['goal']}) {met}")
 
 
+# ---- the GPU check: every GPU path of the project, as a user runs it ----
+
+GPU_CHECK_RUN = ["config/gpt2_124m.py", "--dataset=shakespeare_byte", "--max_iters=40",
+                 "--warmup_iters=5", "--eval_interval=40", "--eval_iters=2", "--log_interval=10",
+                 "--gradient_accumulation_steps=2", "--overwrite"]  # GPT-2 small's shape, bytes
+
+
+def gpu_check(run=GPU_CHECK_RUN, gpus=None):
+    """Each step a command a user would type (its output shown as it runs), then a verdict
+    line per step; returns the exit status. Targets, not results: at GPT-2 small's shape in
+    bf16 with compile an A100/H100-class GPU should reach MFU >= 45%."""
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    if not gpus:
+        print("bench.py --gpu_check: no CUDA GPU here (torch sees none): nothing to check")
+        return 0
+    here, out = os.path.dirname(os.path.abspath(__file__)), "out-gpu-check"
+    steps = [("train.py at GPT-2 small's shape, bf16, compile: step time and MFU",
+              ["train.py", *run, f"--out_dir={out}"]),
+             ("each mode's training step, side by side",
+              ["bench.py", *run[:1], "--parts=train", "--train_steps=10", "--compile=False",
+               "--json_out="]),
+             ("sample.py with the KV cache", ["sample.py", f"--out_dir={out}",
+                                              "--num_samples=1", "--max_new_tokens=300"])]
+    if gpus >= 2:
+        steps.append(("torchrun on 2 GPUs", ["-m", "torch.distributed.run", "--standalone",
+                                             "--nproc_per_node=2", "train.py", *run,
+                                             f"--out_dir={out}-ddp"]))
+    verdicts = []
+    for what, args in steps:
+        print(f"\n== {what}: python {' '.join(args)}", flush=True)
+        verdicts.append((what, subprocess.run([sys.executable, *args], cwd=here).returncode == 0))
+    ckpt = data.load_checkpoint(os.path.join(here, out, "ckpt.pt"))
+    model = GPT.from_checkpoint(ckpt, "cuda" if torch.cuda.is_available() else "cpu")
+    seq = torch.randint(model.config.vocab_size, (1, 256), device=model.lm_head.weight.device)
+    error = cache_logit_error(model, seq, 128, str(seq.device))
+    verdicts.append((f"cached against uncached logits, float32: largest difference {error:.1e}",
+                     error <= LOGIT_TOLERANCE))
+    train_log = [r for r in map(json.loads, open(os.path.join(here, out, "log.jsonl")))
+                 if r["kind"] == "train"]
+    mfu = train_log[-1].get("mfu") if train_log else None
+    print(f"\ntrain.py's last step: {train_log[-1]['ms_per_step']:.0f} ms, MFU "
+          + (f"{100 * mfu:.1f}% (target on A100/H100-class GPUs: 45% or more)" if mfu else
+             "- (a GPU not in configurator.py's peak table)"))
+    for what, ok in verdicts:
+        print(f"  {'ok    ' if ok else 'FAILED'} {what}")
+    return 0 if all(ok for _, ok in verdicts) else 1
+
+
 def main(argv):
     t_start = time.time()
+    if "--gpu_check" in argv or "--gpu_check=True" in argv:
+        return gpu_check()
     cfg = resolve(vars(parse_args(SETTINGS, argv, USAGE, "bench.py", ignored=UNUSED)))
     # as train.py: float32 weights, bf16/fp16 compute under autocast
     # (the cache takes autocast's dtype)

@@ -6,7 +6,8 @@ vanilla on each seed, its mean, a 95% t interval and the wins.
     # config/compare.py: vanilla, ResFormer, the lambda = 2 mix and SVFormer on 3 seeds, each
     # at its own best peak lr (the preset's lrs, found by --tune)
     python compare.py
-    # a class's demo (5-8 min): half the steps, one seed, value embeddings for the official mix
+    # a class's demo (3 min on 2 cores): 250 of the 800 steps, one seed, with what other seeds
+    # did (the preset's calibration) beside each difference
     python compare.py config/demo.py
     # the paper's protocol: every variant at one lr (the preset's learning_rate)
     python compare.py --lrs= --out_dir=out-paper
@@ -19,11 +20,13 @@ vanilla on each seed, its mean, a 95% t interval and the wins.
 
 A variant is a value mode of model.py with optional suffixes _learnable (ResFormer, learned
 lambdas) and _kvN (N key/value heads), then optional :key=value settings for it alone. Every run
-is `python train.py` in its own folder (<variant>_seed<k>/; lab/runs.py), --jobs at a time. The
-same command again reuses finished runs and resumes stopped ones. Writes results.md,
-results.json and (with matplotlib) pictures to out_dir.
+is `python train.py` in its own folder (<variant>_seed<k>/; lab/runs.py), --jobs at a time (on
+GPUs, spread over them), or by any scheduler: --plan prints the runs' commands. The same command
+again reuses finished runs and resumes stopped ones. Writes results.md, results.json and (with
+matplotlib) pictures to out_dir.
 """
 import collections
+import json
 import os
 import re
 import time
@@ -34,31 +37,35 @@ import torch
 
 import data
 from configurator import (COUNT, POSITIVE, ConfigError, at_least, between, given_keys,
-                          load_config, parse_args, parse_list, plural, run_main)
+                          load_config, parse_args, parse_list, plural, resolve_device, run_main)
 from lab import plots, tables
 from lab.analysis import (FLOOR, bracketed, crossing, escape, internals, next_lr,
                           paired_stats, round_lr)
-from lab.runs import final_loss, finished, hardware, heldout_windows, run_grid
+from lab.analysis import bands
+from lab.runs import final_loss, finished, hardware, heldout_windows, plan_line, run_grid
 from model import GPT, VALUE_MODES
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, decay_end
 
 COMPARE_SETTINGS = dict(
-    modes=("vanilla,resformer,svformer",
+    modes=("vanilla,resformer,resformer:lambda_1=2:lambda_2=1,svformer",
         "variants to train: a value mode of model.py, then _learnable, _kvN, :key=value"),
     seeds=("1337,1338,1339", "the seeds to train, a list (7 is seed 7; 1,2,3 three seeds)"),
-    less_data=(0.85,
-        "also train ResFormer on this share of the tokens (its own schedule); 0 = off",
+    less_data=(0.0,
+        "also train ResFormer on this share of the tokens (its own schedule), e.g. 0.85; 0 = off",
         between(0.0, 0.999)),
     sweep=("", "comma-separated sets of settings (key=value:key=value) to run every mode at"),
-    jobs=(0, "runs side by side (0 = the CPU cores / threads, or 1 on a GPU)", COUNT),
+    jobs=(0, "runs side by side (0 = the CPU cores / threads; on GPUs, one per GPU; on MPS 1); "
+             "on GPUs the runs are spread over them", COUNT),
+    plan=(False, "print each run's shell command (from this folder) and train nothing: run them "
+                 "with any scheduler, then this command again for the tables"),
     threads=(1, "CPU threads per run, whatever --jobs: another count rounds differently, so "
                 "the same command prints the same numbers only at the same count", POSITIVE),
     noise_floor=(1, "on this many of the seeds, also train vanilla with its initial weights "
                     "nudged one rounding step (train.py --nudge): how far rounding alone moves "
-                    "a run, beside every difference (0 = off)", COUNT),
-    plot=("",
-        "only plot the log.jsonl of these run folders (e.g. out,out2) into plot_path, then exit"),
-    plot_path=("runs.png", "the picture --plot writes, in out_dir"),
+                    "a run (another CPU or thread count), beside every difference (0 = off)",
+                 COUNT),
+    calibration=("", "a folder of this setting's runs on other seeds (a compare out_dir): "
+                     "beside each one-seed difference, where it fell on those seeds"),
     analysis_samples=(64, "held-out windows for attention entropy and token similarity",
                       POSITIVE),
     tune=(False, "first find each variant's best peak learning rate, then compare each at its "
@@ -101,11 +108,13 @@ def parse_overrides(text, what):
 
 
 def parse_modes(text):
-    """'vanilla,svformer_kv1:n_layer=8' -> [(name, {train settings for that variant}), ...]."""
+    """'vanilla,svformer_kv1:n_layer=8' -> [(name, {train settings for that variant}), ...]. A
+    name in VALUE_MODES is that mode, whatever it ends with (a mode of your own, gated_kv2)."""
     modes = []
     for spec in parse_list(text):
         base_name, _, extra = spec.partition(":")
-        match = MODE_RE.match(base_name)
+        match = (re.match(r"^(\w+)()()$", base_name) if base_name in VALUE_MODES
+                 else MODE_RE.match(base_name))
         if not match or match.group(1) not in VALUE_MODES:
             raise ConfigError(f"unknown mode {spec!r}: use {', '.join(VALUE_MODES)} (model.py's "
                               "VALUE_MODES), optionally with _learnable (resformer), _kvN and "
@@ -176,7 +185,7 @@ def with_floor(grid, cfg, modes, seeds, points, root):
     how far rounding alone moves a run, the noise floor of every difference."""
     if not cfg["noise_floor"] or "vanilla" not in dict(modes):
         return grid
-    floor = [(FLOOR, {**dict(modes)["vanilla"], "nudge": 1})]
+    floor = [(FLOOR, {**dict(modes)["vanilla"], **dict(parse_modes(FLOOR))[FLOOR]})]
     if cfg["tune"]:  # at vanilla's own best lr, in a folder named by it like the others
         floor_grid = at_lr(build_grid(cfg, floor, seeds[:cfg["noise_floor"]], [("", {})], root),
                            root)
@@ -378,30 +387,10 @@ def main(argv):
         argv = [DEFAULT_PRESET] + list(argv)  # no preset named: the comparison preset
     refuse_train_only(argv)
     cfg = vars(parse_args(SETTINGS, argv, USAGE, "compare.py"))
-    if cfg["plot"]:
-        os.makedirs(cfg["out_dir"], exist_ok=True)
-        path = plots.plot_logs(parse_list(cfg["plot"]),
-                               os.path.join(cfg["out_dir"], cfg["plot_path"]))
-        print(f"wrote {path}" if path else "nothing written")
-        return 0 if path else 1
-    modes, seeds = parse_modes(cfg["modes"]), parse_seeds(cfg["seeds"])
-    points = [(p.replace(":", "_"), parse_overrides(p, f"--sweep point {p!r}"))
-              for p in parse_list(cfg["sweep"])]
-    gaps = parse_list(cfg["gap_steps"], int) or [  # evaluated steps only
-        int(cfg["max_iters"] * f) // cfg["eval_interval"] * cfg["eval_interval"]
-        for f in (0.25, 0.5, 0.75)] + [cfg["max_iters"]]
-    if any(st % cfg["eval_interval"] and st != cfg["max_iters"] for st in gaps):
-        raise ConfigError(f"--gap_steps={cfg['gap_steps']}: the loss is measured every "
-                          f"eval_interval={cfg['eval_interval']} steps and at max_iters; "
-                          f"give steps among those")
-    if cfg["tune"] and points:
-        raise ConfigError("--tune and --sweep do not combine: search each sweep point's "
-                          "learning rates with its own --tune run (its settings as overrides)")
-    if cfg["tune"]:
-        tune_plan(cfg)  # a mistake in the search's settings stops here, before any data work
-    device = (cfg["device"] if cfg["device"] != "auto"
-              else "cuda" if torch.cuda.is_available() else "cpu")
-    jobs = cfg["jobs"] or (1 if device.startswith("cuda")
+    modes, seeds, points, gaps = checked(cfg)
+    device = resolve_device(cfg["device"])
+    gpus = torch.cuda.device_count() if device == "cuda" else 0  # cuda:N: that one GPU alone
+    jobs = cfg["jobs"] or (gpus or 1 if device.startswith(("cuda", "mps"))
                            else max(1, (os.cpu_count() or 1) // cfg["threads"]))
     root = cfg["out_dir"]
     os.makedirs(root, exist_ok=True)
@@ -411,8 +400,8 @@ def main(argv):
     data_dir = data.dataset_dir(cfg["dataset"])
     unit = "byte" if data.load_meta(data_dir)["tokenizer"] == "byte" else "token"  # the loss's
     data.list_shards(data_dir, "train")
-    drawing = plots.pyplot(quiet=True)  # without matplotlib, said now: a search can take hours
-    if not drawing:
+    drawing = not cfg["plan"] and plots.pyplot(quiet=True)
+    if not drawing and not cfg["plan"]:  # without matplotlib, said now: a search takes hours
         print("pictures: matplotlib is not installed (pip install matplotlib): results.md only",
               flush=True)
     t_start, search, best = time.time(), None, None
@@ -438,25 +427,23 @@ def main(argv):
     unique = {}  # a run two protocols share (vanilla at its best lr) trains once
     for key, run in grid:
         unique.setdefault(run["out_dir"], (key, run))
-    floors = sum(1 for (name, _, _), _ in unique.values() if name == FLOOR)
-    fair = len(modes) * len(seeds) * (1 if cfg["tune"] else max(len(points), 1))
-    shape = (f"{plural(len(modes), 'variant')} x {plural(len(seeds), 'seed')}"
-             + (f" x {plural(len(points), 'point')}" if points and not cfg["tune"] else "")
-             + (" at their own best lr" if cfg["tune"] else "")
-             + (f", and {len(unique) - fair - floors} at vanilla's best lr: the paper's protocol"
-                if len(unique) > fair + floors else "")
-             + (f", and vanilla nudged on {plural(floors, 'seed')}: the noise floor"
-                if floors else ""))
-    print(f"{plural(len(unique), 'run')} ({shape}), {jobs} at a time, "
-          f"{plural(cfg['threads'], 'thread')} each, in {root}", flush=True)
+    if cfg["plan"]:  # each run not finished yet as a shell command; nothing trains here
+        for _, run in unique.values():
+            if not finished(run, run["out_dir"], cfg["threads"]):
+                print(plan_line(run, cfg["threads"]))
+        return 0
+    spread = f" over {plural(gpus, 'GPU')}" if gpus else ""
+    print(f"{plural(len(unique), 'run')} ({shape(unique, modes, seeds, points, cfg)}), "
+          f"{jobs} at a time{spread}, {plural(cfg['threads'], 'thread')} each, in {root}",
+          flush=True)
+    calibration = calibrated(cfg, modes, seeds) if cfg["calibration"] else None
     live = lambda: plots.live_loss(root, grid, cfg["escape_loss"], unit=unit,  # noqa: E731
-                                   less_data=cfg["less_data"])
+                                   less_data=cfg["less_data"], calibration=calibration)
     if drawing:
         print(f"the loss picture, redrawn every 30 s while they train: "
               f"{os.path.join(root, 'loss.png')}", flush=True)
     done, interrupted, failed = run_grid(list(unique.values()), jobs, cfg["threads"],
-                                         cfg["analysis_samples"],
-                                         on_progress=live)
+                                         cfg["analysis_samples"], on_progress=live, gpus=gpus)
     if interrupted:
         return stopped(root)
     if failed:  # no tables: they would leave the failed variants out as if never asked for
@@ -471,23 +458,26 @@ def main(argv):
     for name, r in results.items():  # the data-efficiency variant and the floor say what they are
         if plots.note(name, cfg["less_data"]):
             r["note"] = plots.note(name, cfg["less_data"])
-    reused = sum(1 for s in done.values() if s.get("reused"))
-    given = sorted(given_keys(argv[1:] if argv and argv[0] == DEFAULT_PRESET else argv))
+    bands(results, calibration)
     info = {"command": "python compare.py" + "".join(" " + a for a in argv if a != DEFAULT_PRESET),
             "seeds": seeds, "hardware": hardware(device), "jobs": jobs, "threads": cfg["threads"],
             # a reused run may have trained elsewhere: its numbers hold on the machine that did
             "trained_on": dict(collections.Counter(s.get("machine", "not recorded")
                                                    for s in done.values())),
-            "wall_min": (time.time() - t_start) / 60,
-            "runs": len(unique), "reused": reused, "given": given,
-            "escape_loss": cfg["escape_loss"], "unit": unit}
+            "wall_min": (time.time() - t_start) / 60, "runs": len(unique),
+            "reused": sum(1 for s in done.values() if s.get("reused")),
+            "given": sorted(given_keys(argv[1:] if argv and argv[0] == DEFAULT_PRESET else argv)),
+            "escape_loss": cfg["escape_loss"], "unit": unit,
+            "calibration": calibration and {k: calibration[k] for k in ("folder", "seeds",
+                                                                         "command", "unused")}}
     if not search:  # what every table describes: each variant's peak lr, and which point
         first = points[0][1] if points else {}  # (a variant's own settings win over a point's)
         info["peak_lrs"] = {n: o.get("learning_rate", first.get("learning_rate",
                                                                 cfg["learning_rate"]))
                             for n, o in modes}
         info["point"] = points[0][0] if points else None
-        info["own_lrs"] = bool(parse_list(cfg["lrs"]))  # each variant's lr named (--lrs)
+        named = [item.rpartition("=")[0] for item in parse_list(cfg["lrs"])]
+        info["own_lrs"] = [n for n, _ in modes if n in named]  # those --lrs gave their own lr
     if search:
         info.update(tune_seeds=parse_seeds(cfg["tune_seeds"], "tune_seeds"), best_lrs=best)
     tables.write_tables(root, results, sweep, info, search)
@@ -498,6 +488,90 @@ def main(argv):
     print("wrote " + ", ".join([os.path.join(root, "results.md"),
                                 os.path.join(root, "results.json")] + pictures))
     return 0
+
+
+def checked(cfg):
+    """(modes, seeds, sweep points, gap steps) from the settings, each mistake refused in one
+    line before any data work or training."""
+    modes, seeds = parse_modes(cfg["modes"]), parse_seeds(cfg["seeds"])
+    points = [(p.replace(":", "_"), parse_overrides(p, f"--sweep point {p!r}"))
+              for p in parse_list(cfg["sweep"])]
+    gaps = parse_list(cfg["gap_steps"], int) or [  # evaluated steps only
+        int(cfg["max_iters"] * f) // cfg["eval_interval"] * cfg["eval_interval"]
+        for f in (0.25, 0.5, 0.75)] + [cfg["max_iters"]]
+    if any(st % cfg["eval_interval"] and st != cfg["max_iters"] for st in gaps):
+        raise ConfigError(f"--gap_steps={cfg['gap_steps']}: the loss is measured every "
+                          f"eval_interval={cfg['eval_interval']} steps and at max_iters; "
+                          f"give steps among those")
+    if cfg["tune"] and points:
+        raise ConfigError("--tune and --sweep do not combine: search each sweep point's "
+                          "learning rates with its own --tune run (its settings as overrides)")
+    if cfg["tune"] and cfg["plan"]:
+        raise ConfigError("--plan lists a fixed grid, and --tune's search grows round by round: "
+                          "run the search with compare.py itself")
+    if cfg["tune"]:
+        tune_plan(cfg)  # a mistake in the search's settings stops here, before any data work
+    if cfg["noise_floor"] > len(seeds):
+        raise ConfigError(f"--noise_floor={cfg['noise_floor']}: the floor is trained on that many "
+                          f"of the seeds, and --seeds names {len(seeds)}")
+    return modes, seeds, points, gaps
+
+
+def shape(unique, modes, seeds, points, cfg):
+    """'3 variants x 1 seed, and vanilla nudged on 1 seed: the noise floor': what is trained."""
+    floors = sum(1 for (name, _, _), _ in unique.values() if name == FLOOR)
+    fair = len(modes) * len(seeds) * (1 if cfg["tune"] else max(len(points), 1))
+    return (f"{plural(len(modes), 'variant')} x {plural(len(seeds), 'seed')}"
+            + (f" x {plural(len(points), 'point')}" if points and not cfg["tune"] else "")
+            + (" at their own best lr" if cfg["tune"] else "")
+            + (f", and {len(unique) - fair - floors} at vanilla's best lr: the paper's protocol"
+               if len(unique) > fair + floors else "")
+            + (f", and vanilla nudged on {plural(floors, 'seed')}: the noise floor"
+               if floors else ""))
+
+
+# ---- the calibration: what other seeds did ----
+
+def calibrated(cfg, modes, seeds):
+    """What --calibration's folder says of this setting on other seeds: for each variant whose
+    runs there are finished with exactly this command's settings (seed and folder aside), the
+    per-seed differences to vanilla, at the end and along the run. The folder is a comparison of
+    its own (its results.json names its seeds and command); a variant whose runs there differ
+    or are missing gets none, and results.md says why."""
+    folder = cfg["calibration"]
+    try:
+        with open(os.path.join(folder, "results.json")) as f:
+            info = json.load(f)["info"]
+    except (OSError, ValueError, KeyError):
+        print(f"calibration: {folder}/results.json is missing or unreadable: no seed spread "
+              f"beside the differences", flush=True)
+        return {"folder": folder, "seeds": [], "command": None, "unused": {"all": "missing"},
+                "modes": {}}
+    other = [s for s in info["seeds"] if s not in seeds]
+    runs, unused = {}, {}
+    for (name, seed, _), run in build_grid(cfg, modes, other, [("", {})], folder):
+        try:
+            runs[name, seed] = finished(run, run["out_dir"])
+        except (ConfigError, data.DataError) as e:  # other settings there: not this setting's
+            unused[name] = str(e)
+        if runs.get((name, seed)) is None:
+            unused.setdefault(name, f"{run['out_dir']}: not finished there")
+    out = {"folder": folder, "seeds": other, "command": info.get("command"), "modes": {},
+           "unused": unused}
+    for name, _ in modes:
+        if name == "vanilla" or name in unused or "vanilla" in unused or not other:
+            continue
+        base = [runs["vanilla", s] for s in other]
+        mine = [runs[name, s] for s in other]
+        out["modes"][name] = {
+            "final": [m["val_loss_full"] - b["val_loss_full"] for m, b in zip(mine, base)],
+            "steps": [e["iter"] for e in base[0]["evals"]],
+            "curves": [[e["val_loss"] - v["val_loss"] for e, v in zip(m["evals"], b["evals"])]
+                       for m, b in zip(mine, base)],
+            "escape": [(escape(m["evals"], cfg["escape_loss"]), escape(b["evals"],
+                                                                         cfg["escape_loss"]))
+                       for m, b in zip(mine, base)] if cfg["escape_loss"] else None}
+    return out
 
 
 def failures(failed, total=None):

@@ -18,6 +18,7 @@ import errno
 import os
 import sys
 import textwrap
+import time
 from contextlib import nullcontext
 from types import SimpleNamespace
 
@@ -246,14 +247,22 @@ def parse_list(text, cast=str):
 # -----------------------------------------------------------------------------
 # the device, and running a script as a program
 
-def setup_device(device="auto", dtype="auto"):
-    """(device, dtype name, autocast context) from --device and --dtype. auto: cuda > mps > cpu;
-    bfloat16 on GPUs that have it, else float32. Weights stay float32; bf16/fp16 is compute under
-    autocast."""
+def resolve_device(device="auto"):
+    """--device as a device: auto is cuda > mps > cpu, for every script (compare too)."""
     import torch  # here, not at the top: prepare.py reads settings without torch
-    if device == "auto":
-        device = ("cuda" if torch.cuda.is_available()
-                  else "mps" if torch.backends.mps.is_available() else "cpu")
+    if device != "auto":
+        return device
+    return "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() \
+        else "cpu"
+
+
+def setup_device(device="auto", dtype="auto"):
+    """(device, dtype name, autocast context) from --device and --dtype. Weights stay float32;
+    bfloat16 / float16 is compute under autocast. auto: bfloat16 on a GPU that has it natively
+    (Ampere and later), float16 on an older CUDA GPU (T4, V100: train.py then scales the loss),
+    float32 on the CPU and on Apple's MPS (where autocast is young: --dtype tries it)."""
+    import torch
+    device = resolve_device(device)
     kind, _, index = device.partition(":")
     if kind not in ("cpu", "cuda", "mps") or (index and kind != "cuda"):
         raise ConfigError(f"--device={device}: use auto, cpu, cuda, cuda:N or mps")
@@ -264,18 +273,46 @@ def setup_device(device="auto", dtype="auto"):
                           f"devices (cuda:0 ...)")
     if kind == "mps" and not torch.backends.mps.is_available():
         raise ConfigError("--device=mps: Apple's MPS backend is not available here; use cpu")
-    bf16 = kind == "cuda" and torch.cuda.is_bf16_supported()
-    dtype = ("bfloat16" if bf16 else "float32") if dtype == "auto" else dtype
+    # is_bf16_supported() alone also says yes where bf16 is only emulated (slowly: T4, V100)
+    bf16 = kind == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+    if dtype == "auto":
+        dtype = "bfloat16" if bf16 else "float16" if kind == "cuda" else "float32"
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"--dtype={dtype}: use auto, float32, bfloat16 or float16")
     if dtype == "bfloat16" and kind == "cuda" and not bf16:
-        raise ConfigError("--dtype=bfloat16: this GPU has no bfloat16; use float16 or float32")
+        raise ConfigError("--dtype=bfloat16: this GPU has no native bfloat16; use float16 "
+                          "(auto picks it) or float32")
     if dtype == "float16" and kind == "cpu":
         raise ConfigError("--dtype=float16 needs a GPU (CPU autocast supports bfloat16); "
                           "use float32 or bfloat16")
     autocast = (nullcontext() if dtype == "float32"
                 else torch.autocast(kind, dtype=getattr(torch, dtype)))
     return device, dtype, autocast
+
+
+def describe_device(device, dtype):
+    """'cuda:0 (NVIDIA T4), float16 autocast with loss scaling': what a run's first lines say."""
+    import torch
+    name = f" ({torch.cuda.get_device_name(device)})" if device.startswith("cuda") else ""
+    how = {"float32": "float32", "bfloat16": "bfloat16 autocast",
+           "float16": "float16 autocast with loss scaling"}[dtype]
+    return f"{device}{name}, {how}"
+
+
+# Dense 16-bit (bf16 / fp16 tensor-core) peak FLOP/s per GPU, for MFU in train.py's log and in
+# bench.py; a GPU not listed gets no MFU figure rather than a wrong one. Hopper SXM 989.4
+# TFLOP/s (datasheets give twice that, with sparsity), NVL 835 per GPU, PCIe 756.
+GPU_PEAK_FLOPS = {
+    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12,
+    "H100": 989.4e12, "H200": 989.4e12, "GH200": 989.4e12,
+    "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
+    "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
+
+
+def gpu_peak_flops(device_name):
+    """Peak FLOP/s for a name like 'NVIDIA H200' (the longest key it holds), or None."""
+    return next((GPU_PEAK_FLOPS[n] for n in sorted(GPU_PEAK_FLOPS, key=len, reverse=True)
+                 if n in device_name), None)
 
 
 def run_main(main):
@@ -286,6 +323,11 @@ def run_main(main):
     try:
         status = main(typed_once(sys.argv[1:]))  # the command line as typed
     except UserError as e:
+        # Under torchrun every process meets the same mistake: rank 0 says it. torchrun stops
+        # the others as soon as rank 0 exits, so another rank, which waits first, speaks only
+        # when the mistake is its own (one line, never two interleaved).
+        if os.environ.get("RANK", "0") != "0":
+            time.sleep(20)
         sys.exit(f"error: {e}")
     except KeyboardInterrupt as e:  # under torchrun every process is stopped: rank 0 says it
         if e.args and os.environ.get("RANK", "0") == "0":

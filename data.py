@@ -9,9 +9,10 @@ run killed mid-switch leaves the old one beside it, and the first reader puts it
 A folder without meta.json holds llm.c / modded-nanogpt FineWeb shards copied in by hand: its
 *_train_*.bin and *_val_*.bin, GPT-2 tokens.
 
-A shard is in llm.c's layout: a header of 256 little-endian int32 ([0] = magic 20240520,
-[1] = version, [2] = token count), then the tokens as uint16 (version 1, llm.c's) or uint32
-(version 2, ours, for vocabularies over 65,536).
+A shard is in llm.c's format (its dev/data/data_common.py): a header of 256 little-endian int32
+([0] = magic, [1] = version, [2] = token count), then the tokens: uint16 under llm.c's GPT-2
+header (magic 20240520, version 1), uint32 under its Llama-3 header (20240801, version 7, for
+vocabularies over 65,536). Shards from llm.c or modded-nanogpt load here, and ours there.
 """
 import contextlib
 import glob
@@ -29,8 +30,8 @@ from configurator import UserError
 DATA_ROOT = "data"
 DEFAULT_DATASET = "shakespeare_byte"  # train.py's default: what `python prepare.py` writes
 CHECKPOINT_FORMAT = "value-residual-gpt/2"  # train.py writes it; load_checkpoint checks it
-MAGIC, HEADER_INTS = 20240520, 256  # llm.c's magic number; the header: 256 int32 = 1024 bytes
-VERSIONS = {1: np.dtype("<u2"), 2: np.dtype("<u4")}
+HEADER_INTS = 256  # the header: 256 int32 = 1024 bytes
+HEADERS = {(20240520, 1): np.dtype("<u2"), (20240801, 7): np.dtype("<u4")}  # (magic, version)
 
 
 class DataError(UserError):
@@ -50,9 +51,12 @@ class ByteTokenizer:
     def encode_batch(self, texts):
         return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
 
-    def decode(self, ids):
+    def token_bytes(self, ids):
         ids = np.asarray(ids, dtype=np.int64)
-        return ids[(ids >= 0) & (ids < 256)].astype(np.uint8).tobytes().decode("utf-8", "replace")
+        return ids[(ids >= 0) & (ids < 256)].astype(np.uint8).tobytes()  # end-of-text: no bytes
+
+    def decode(self, ids):
+        return self.token_bytes(ids).decode("utf-8", "replace")
 
 
 class TiktokenTokenizer:
@@ -66,16 +70,16 @@ class TiktokenTokenizer:
         return [np.asarray(ids, dtype=np.uint32)
                 for ids in self.enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)]
 
+    def token_bytes(self, ids):
+        parts = []
+        for i in map(int, ids):
+            with contextlib.suppress(KeyError):  # an id between the encoding's special tokens
+                parts.append(self.enc.decode_single_token_bytes(i) if 0 <= i < self.vocab_size
+                             else b"")  # beyond the vocabulary: the model's padding rows
+        return b"".join(parts)
+
     def decode(self, ids):
-        ids = [int(i) for i in ids if 0 <= i < self.vocab_size]
-        try:
-            return self.enc.decode(ids, errors="replace")
-        except KeyError:  # an id between an encoding's special tokens: decode the rest
-            parts = []
-            for i in ids:
-                with contextlib.suppress(KeyError):
-                    parts.append(self.enc.decode_single_token_bytes(i))
-            return b"".join(parts).decode("utf-8", "replace")
+        return self.token_bytes(ids).decode("utf-8", "replace")
 
 
 def tiktoken_encoding(name):
@@ -106,14 +110,14 @@ def get_tokenizer(name):
 # a shard: writing and reading
 
 def shard_dtype(vocab_size):
-    return VERSIONS[1] if vocab_size <= 1 << 16 else VERSIONS[2]  # ids up to 65535 fit in uint16
+    return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")  # ids < 65536: uint16
 
 
 def write_shard(path, tokens, vocab_size):
     """Writes tokens as a shard (whole or not at all); returns its sha256."""
     dtype = shard_dtype(vocab_size)
     header = np.zeros(HEADER_INTS, dtype="<i4")
-    header[:3] = MAGIC, 1 if dtype == VERSIONS[1] else 2, len(tokens)
+    header[:3] = *next(h for h, d in HEADERS.items() if d == dtype), len(tokens)
     body = np.ascontiguousarray(tokens, dtype=dtype).tobytes()
     with atomic_write(path) as f:
         f.write(header.tobytes() + body)
@@ -124,10 +128,10 @@ def read_shard(path, vocab_size=None):
     """A shard's tokens (ours or llm.c's), memory-mapped, with its header checked."""
     size = os.path.getsize(path)
     header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
-    if len(header) < HEADER_INTS or header[0] != MAGIC or int(header[1]) not in VERSIONS:
+    if len(header) < HEADER_INTS or (int(header[0]), int(header[1])) not in HEADERS:
         raise DataError(f"{path} is not a token shard (no llm.c header): delete it and run "
                         f"prepare.py again")
-    dtype, n = VERSIONS[int(header[1])], int(header[2])
+    dtype, n = HEADERS[int(header[0]), int(header[1])], int(header[2])
     if n <= 0 or size != HEADER_INTS * 4 + n * dtype.itemsize:
         raise DataError(f"{path}: its header says {n:,} tokens but the file has {size:,} bytes "
                         f"(truncated?): run prepare.py again")
@@ -260,7 +264,7 @@ def data_identity(data_dir):
             "sha256": hashlib.sha256("\n".join(parts).encode()).hexdigest()}
 
 
-def describe(data):
+def describe_tokens(data):
     """'8,718 train + 641 val tokens' from data_identity()."""
     if data.get("train_tokens") is None:  # llm.c's shards: no counts recorded
         return f"shards {data['sha256'][:12]}"
@@ -285,7 +289,7 @@ def atomic_write(path, mode="wb"):
 
 
 def load_checkpoint(path, map_location="cpu"):
-    """train.py's checkpoint dict (weights without torch.compile's prefix), or a one-line error."""
+    """train.py's checkpoint dict, or a one-line error."""
     import torch  # here: prepare.py uses this module without torch
     if not os.path.isfile(path):
         raise DataError(f"no checkpoint at {path}: train one first, e.g. python train.py "
@@ -297,5 +301,4 @@ def load_checkpoint(path, map_location="cpu"):
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise DataError(f"{path} is not a checkpoint of this version of train.py (format "
                         f"{CHECKPOINT_FORMAT}): train it again")
-    ckpt["model"] = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
     return ckpt

@@ -30,6 +30,11 @@ VALUE_MODES = {
     "svformer": "SVFormer",
     "value_embed": "value embeddings",
 }
+# Learned weights that mix values, by attribute name. AdamW steps them at lambda_lr_scale x the lr
+# without weight decay (a decay would pull a mix toward 0), and train.py logs them at every
+# evaluation. A learned weight of your own mode goes here too; any other parameter follows
+# nanoGPT's rule: matrices (2-D) decay, vectors (biases, norms) do not.
+MIXING_WEIGHTS = ("value_lambdas", "value_lambda")
 # Kernels for one-token decode steps: cuDNN plans per shape and the key length grows every step,
 # so pick flash / memory-efficient explicitly, with MATH (every device, float32) as the fallback.
 DECODE_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
@@ -41,7 +46,7 @@ class GPTConfig:
     vocab_size: int = 50304  # GPT-2's 50257 rounded up to a multiple of 64 for speed
     n_layer: int = 12
     n_head: int = 12
-    n_kv_head: int = 0  # key/value heads for grouped-query attention; 0 means n_head
+    n_kv_head: int = 0  # key/value heads for grouped-query attention; 0 means n_head (kv_heads)
     n_embd: int = 768
     dropout: float = 0.0
     bias: bool = True  # in Linears and LayerNorms, like GPT-2; False is a bit better and faster
@@ -53,29 +58,38 @@ class GPTConfig:
     learnable_lambda: bool = False  # resformer: per-layer lambdas trained, starting from the above
 
     def __post_init__(self):
+        """Every check of the model's shape and settings, so train, sample and bench share them."""
         if self.value_mode not in VALUE_MODES:
             raise ValueError(f"value_mode must be one of {', '.join(VALUE_MODES)}, "
                              f"got {self.value_mode!r}")
-        if self.n_kv_head == 0:
-            self.n_kv_head = self.n_head
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        if self.n_kv_head < 1 or self.n_head % self.n_kv_head != 0:
+        if self.n_kv_head < 0 or self.n_head % self.kv_heads != 0:
             raise ValueError(f"n_head ({self.n_head}) must be a multiple of "
                              f"n_kv_head ({self.n_kv_head})")
-        if self.learnable_lambda and self.value_mode != "resformer":
-            raise ValueError("learnable_lambda only applies to value_mode='resformer'")
-        if (self.lambda_1, self.lambda_2) != (0.5, 0.5) and self.value_mode != "resformer":
-            raise ValueError("lambda_1 and lambda_2 only apply to value_mode='resformer'")
+        # ResFormer's mix; a mode of your own that uses these: add it to this check
+        if self.value_mode != "resformer" and (self.learnable_lambda or
+                                               (self.lambda_1, self.lambda_2) != (0.5, 0.5)):
+            raise ValueError("lambda_1, lambda_2 and learnable_lambda only apply to "
+                             "value_mode='resformer' (model.py's GPTConfig checks it)")
 
     @property
     def head_dim(self):
         return self.n_embd // self.n_head
 
     @property
+    def kv_heads(self):
+        return self.n_kv_head or self.n_head  # n_kv_head 0: one key/value head per query head
+
+    def value_layer(self, layer):
+        """The layer whose value projection `layer` attends to: its own, or for SVFormer the
+        first layer's (V_1) in every layer. A KV cache stores the values of these layers only."""
+        return 0 if self.value_mode == "svformer" else layer
+
+    @property
     def n_value_tensors(self):
         """Value tensors a KV cache holds: one per layer, or SVFormer's single V_1 for all."""
-        return 1 if self.value_mode == "svformer" else self.n_layer
+        return len({self.value_layer(n) for n in range(self.n_layer)})
 
     @classmethod
     def from_dict(cls, d):
@@ -84,40 +98,43 @@ class GPTConfig:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-def kv_cache_bytes(config, batch_size, seq_len, dtype=torch.float32):
-    """Bytes a KVCache for this config allocates (no model needed)."""
-    n_tensors = config.n_layer + config.n_value_tensors  # keys for every layer, then the values
-    per_tensor = batch_size * config.n_kv_head * seq_len * config.head_dim
-    return n_tensors * per_tensor * torch.tensor([], dtype=dtype).element_size()
+def kv_cache_bytes(config, batch_size, seq_len, dtype=torch.float32, value_tensors=None):
+    """Bytes a KVCache for this config allocates (no model needed); value_tensors: as if it held
+    that many (a vanilla cache: n_layer)."""
+    n_tensors = config.n_layer + (value_tensors or config.n_value_tensors)  # keys, then values
+    return n_tensors * batch_size * config.kv_heads * seq_len * config.head_dim * dtype.itemsize
 
 
 class KVCache:
-    """Preallocated keys for every layer, values only for layers that own a value projection:
-    for svformer n_layer + 1 tensors instead of 2 * n_layer, (L+1)/(2L) of a vanilla cache."""
+    """Preallocated keys for every layer, and values for the layers whose value is attended to
+    (GPTConfig.value_layer): for svformer n_layer + 1 tensors instead of 2 * n_layer, (L+1)/(2L)
+    of a vanilla cache. Each layer writes with store(); the model then advances the length once
+    per forward pass, so a layer skipped or reordered cannot shift the positions."""
 
     def __init__(self, config, batch_size, max_len, device, dtype):
-        shape = (batch_size, config.n_kv_head, max_len, config.head_dim)
+        shape = (batch_size, config.kv_heads, max_len, config.head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
-        self.values = [torch.zeros_like(self.keys[0]) for _ in range(config.n_value_tensors)]
-        self.max_len = max_len
-        self.length = 0  # tokens stored by every layer
+        self.value_of = [config.value_layer(n) for n in range(config.n_layer)]
+        self.values = {n: torch.zeros(shape, device=device, dtype=dtype) for n in set(self.value_of)}
+        self.max_len, self.length = max_len, 0  # tokens stored so far, in every layer
 
     def store(self, layer, k, v):
-        """Write this step's k (and v unless None) after the stored ones; return all k, v so far."""
+        """Write this step's k (and v; None for a layer that attends to another's value) after
+        the stored tokens; return all the keys and values this layer attends to."""
         start, end = self.length, self.length + k.size(2)
+        if end > self.max_len:
+            raise ValueError(f"KVCache holds {self.max_len} tokens; {end} do not fit "
+                             f"(GPT.new_kv_cache(batch_size, max_len) makes a longer one)")
         self.keys[layer][:, :, start:end] = k
         if v is not None:
             self.values[layer][:, :, start:end] = v
-        value_layer = layer if layer < len(self.values) else 0  # svformer: layer 1's value, for all
-        if layer == len(self.keys) - 1:  # the last layer's store completes the step
-            self.length = end
-        return self.keys[layer][:, :, :end], self.values[value_layer][:, :, :end]
+        return self.keys[layer][:, :, :end], self.values[self.value_of[layer]][:, :, :end]
 
-    def reset(self):
-        self.length = 0  # empty again (the tensors stay allocated): refilled from position 0
+    def advance(self, n_tokens):
+        self.length += n_tokens  # GPT.forward, once every layer has stored this step's tokens
 
     def nbytes(self):
-        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+        return sum(t.numel() * t.element_size() for t in self.keys + list(self.values.values()))
 
 
 class CausalSelfAttention(nn.Module):
@@ -125,10 +142,10 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.layer_idx = layer_idx
         self.value_mode = config.value_mode
-        self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
-        self.head_dim, self.kv_dim = config.head_dim, config.n_kv_head * config.head_dim
+        self.n_head, self.n_kv_head = config.n_head, config.kv_heads
+        self.head_dim, self.kv_dim = config.head_dim, config.kv_heads * config.head_dim
         # svformer: only the first layer projects values; the others reuse V_1 (fewer parameters)
-        self.owns_value = config.value_mode != "svformer" or layer_idx == 0
+        self.owns_value = config.value_layer(layer_idx) == layer_idx
         # one matmul for q, k (and v): output sizes n_embd + kv_dim (+ kv_dim)
         self.split_sizes = [config.n_embd, self.kv_dim] + ([self.kv_dim] if self.owns_value else [])
         self.c_attn = nn.Linear(config.n_embd, sum(self.split_sizes), bias=config.bias)
@@ -137,11 +154,13 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
         if config.value_mode == "resformer" and layer_idx > 0:
             lambdas = torch.tensor([config.lambda_1, config.lambda_2])
-            if config.learnable_lambda:
+            if config.learnable_lambda:  # a mixing weight (MIXING_WEIGHTS)
                 self.value_lambdas = nn.Parameter(lambdas)
             else:
                 self.register_buffer("value_lambdas", lambdas)
-        if config.value_mode == "value_embed":  # a table of values per layer, and its mixing weight
+        # value_embed: a table of values per layer (a matrix: weight decay, as wte's), and its
+        # mixing weight
+        if config.value_mode == "value_embed":
             self.value_embed = nn.Embedding(config.vocab_size, self.kv_dim)
             self.value_lambda = nn.Parameter(torch.tensor(0.5))
 
@@ -162,7 +181,8 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.size()
         q, k, v = self.project(x)
 
-        # The value modes, in key/value-head space (values get no positional signal).
+        # The value modes, in key/value-head space (values get no positional signal). Layer 1
+        # has no V_1 before it, so a mode that mixes in V_1 starts at layer 2 (the second branch).
         if self.value_mode == "value_embed":  # every layer, the first one too
             lam, table = self.value_lambda, self.heads(self.value_embed(idx), self.n_kv_head)
             value = (1 - lam) * v + lam * table  # U_n = A_n ((1 - l) V_n + l E_n[x])
@@ -178,8 +198,7 @@ class CausalSelfAttention(nn.Module):
 
         attended_value = value
         if kv_cache is not None:  # values are stored only by layers that own them (svformer: V_1)
-            k, attended_value = kv_cache.store(self.layer_idx, k,
-                                               value if self.owns_value else None)
+            k, attended_value = kv_cache.store(self.layer_idx, k, value if self.owns_value else None)
         # T == 1 decoding attends to the whole cache, so no mask; otherwise causal.
         y = F.scaled_dot_product_attention(q, k, attended_value, is_causal=T > 1,
                                            dropout_p=self.dropout if self.training else 0.0,
@@ -298,14 +317,16 @@ class GPT(nn.Module):
             x, value = block(x, idx, first_value, kv_cache)
             if first_value is None:
                 first_value = value  # V_1, not detached: all layers' gradients reach layer 1's W_V
+        if kv_cache is not None:
+            kv_cache.advance(T)  # every layer has stored these T tokens
         x = self.transformer.ln_f(x)
         if targets is None:
             return self.lm_head(x if all_logits else x[:, -1:, :]), None
         logits = self.lm_head(x)
         return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
 
-    def kv_cache_bytes(self, batch_size, seq_len, dtype=torch.float32):
-        return kv_cache_bytes(self.config, batch_size, seq_len, dtype)
+    def kv_cache_bytes(self, batch_size, seq_len, dtype=torch.float32, value_tensors=None):
+        return kv_cache_bytes(self.config, batch_size, seq_len, dtype, value_tensors)
 
     def new_kv_cache(self, batch_size, max_len=None, dtype=None):
         """An empty cache on the model's device; dtype defaults to the model's (or autocast's)."""
@@ -320,21 +341,25 @@ class GPT(nn.Module):
     def generate_tokens(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
                         kv_cache=None):
         """Yield (B, 1) next tokens one at a time (for streaming); temperature 0 means greedy.
-        kv_cache: a KVCache to fill, None for a fresh one, False for none (nanoGPT's way: the
-        whole context again for every token). Cached: prefill the prompt, then one token per
-        step; learned positions cannot slide, so at block_size each step crops the context and
-        refills the cache (as no cache does)."""
-        block_size, (B, T) = self.config.block_size, idx.shape
+        kv_cache: an empty KVCache to fill, None for a fresh one, False for none (nanoGPT's way:
+        the whole context again for every token). Cached: prefill the prompt, then one token per
+        step. Learned positions end at block_size (and a cache at its max_len): from there every
+        token crops the context to that length and refills the cache, as slow as no cache."""
+        B, T = idx.shape
         kv_cache = self.new_kv_cache(B) if kv_cache is None else kv_cache
+        if kv_cache is not False and kv_cache.length:
+            raise ValueError("generate fills the KV cache from the prompt: pass an empty one "
+                             "(GPT.new_kv_cache), or None for a fresh one")
+        limit = min(self.config.block_size, kv_cache.max_len if kv_cache else math.inf)
         tokens = torch.empty(B, T + max_new_tokens, dtype=idx.dtype, device=idx.device)  # no cat
         tokens[:, :T] = idx
         next_input = None
         for end in range(T, T + max_new_tokens):
-            context = tokens[:, max(0, end - block_size):end]
+            context = tokens[:, max(0, end - limit):end]
             if kv_cache is False:
                 logits, _ = self(context)
-            elif next_input is None or kv_cache.length >= block_size:
-                kv_cache.reset()  # (re)fill from the cropped context
+            elif next_input is None or kv_cache.length >= limit:
+                kv_cache.length = 0  # (re)fill from the cropped context
                 logits, _ = self(context, kv_cache=kv_cache)
             else:
                 with sdpa_kernel(DECODE_SDPA_BACKENDS):
@@ -363,25 +388,25 @@ class GPT(nn.Module):
         return self.flops_per_token(seq_len) * tokens_per_second / peak_flops
 
     def parameter_groups(self):
-        """{"decay": [...], "no_decay": [...], "mixing": [...]} of (name, parameter), by the module
-        that holds each: the weights of Linear and Embedding layers decay; biases and LayerNorms
-        do not; any other parameter, one a layer creates itself (the learned lambdas, a gate of
-        your own), is a mixing weight: no decay, its own lr, logged at every evaluation."""
-        groups, seen = {"decay": [], "no_decay": [], "mixing": []}, set()
-        for module_name, module in self.named_modules():
-            for name, p in module.named_parameters(prefix=module_name, recurse=False):
-                if id(p) in seen or not p.requires_grad:
-                    continue  # the tied token embedding is the head's weight: once
-                seen.add(id(p))
-                weight = isinstance(module, (nn.Linear, nn.Embedding)) and name.endswith("weight")
-                layer = isinstance(module, (nn.Linear, nn.Embedding, nn.LayerNorm))
-                groups["decay" if weight else "no_decay" if layer else "mixing"].append((name, p))
+        """{"decay": [...], "no_decay": [...], "mixing": [...]} of (name, parameter): the
+        MIXING_WEIGHTS by their names; of the rest, matrices (2-D: Linear and Embedding weights,
+        value tables) decay and vectors (biases, norms) do not, nanoGPT's rule. The tied token
+        embedding is the head's weight: named once."""
+        groups = {"decay": [], "no_decay": [], "mixing": []}
+        for name, p in self.named_parameters():
+            if p.requires_grad:
+                kind = ("mixing" if name.rpartition(".")[2] in MIXING_WEIGHTS
+                        else "decay" if p.dim() >= 2 else "no_decay")
+                groups[kind].append((name, p))
         return groups
 
     def mixing_weights(self):
-        """{name: value(s)} of the mixing weights, e.g. {"transformer.h.1.attn.value_lambdas":
-        [0.5, 0.5], ...}: what training makes of them is part of the result."""
-        return {name: p.detach().cpu().tolist() for name, p in self.parameter_groups()["mixing"]}
+        """{name: value} of the mixing weights, e.g. {"transformer.h.1.attn.value_lambdas":
+        [0.5, 0.5], ...}: what training makes of them is part of the result. A weight of more
+        than 2 numbers is logged as its mean ("<name>:mean")."""
+        return {name if p.numel() <= 2 else f"{name}:mean":
+                p.detach().cpu().tolist() if p.numel() <= 2 else p.detach().mean().item()
+                for name, p in self.parameter_groups()["mixing"]}
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type,
                              lambda_lr_scale=1.0):

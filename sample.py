@@ -5,6 +5,7 @@ decode. The text streams to stdout; what was measured goes to stderr.
     python sample.py                                  # 10 samples from out/ckpt.pt
     python sample.py --start="ROMEO:" --num_samples=3 --max_new_tokens=200
 """
+import codecs
 import os
 import re
 import sys
@@ -49,7 +50,7 @@ def sample(cfg, out=sys.stdout, err=sys.stderr):
     model = GPT.from_checkpoint(ckpt, device)
     tokenizer = data.get_tokenizer(ckpt["tokenizer"]["tokenizer"])
     print(f"loaded {cfg.out_dir}/ckpt.pt: {model.config.value_mode}, step {ckpt['iter_num']}, "
-          f"best val loss {ckpt['best_val_loss']:.4f} (fixed-window estimate)", file=err)
+          f"val loss {ckpt['val_loss']:.4f} there (fixed-window estimate)", file=err)
 
     # The prompt: --start, or FILE:path; empty starts a fresh document (an end-of-text token).
     text = cfg.start or ""
@@ -65,6 +66,9 @@ def sample(cfg, out=sys.stdout, err=sys.stderr):
         ids = ids[-block_size:]
         text = tokenizer.decode(ids)
     prompt = torch.tensor([ids], dtype=torch.long, device=device)
+    if len(ids) + cfg.max_new_tokens > block_size:  # generate_tokens crops from there
+        print(f"past {block_size} tokens (block_size: the learned positions end there) every "
+              f"new token recomputes the last {block_size}, as slow as without a cache", file=err)
 
     # One sample at a time, so each streams as it is made; one seed makes the run repeatable.
     torch.manual_seed(cfg.seed)
@@ -74,20 +78,23 @@ def sample(cfg, out=sys.stdout, err=sys.stderr):
               f"same, so one is drawn", file=err)
     for _ in range(1 if cfg.temperature == 0 else cfg.num_samples):
         print(text, end="", file=out, flush=True)
-        new, pending = [], []  # pending: ids of a character whose bytes are not all there yet
+        # A character may span tokens (bytes, BPE pieces): the incremental decoder holds its
+        # first bytes until the rest arrive.
+        utf8, new, pending = codecs.getincrementaldecoder("utf-8")(errors="replace"), [], []
         with autocast:  # made under autocast, the cache takes the compute dtype
             cache = model.new_kv_cache(1) if cfg.use_cache else False
             t0 = time.perf_counter()
-            for token in model.generate_tokens(prompt, cfg.max_new_tokens, cfg.temperature,
-                                               cfg.top_k, cfg.top_p, cache):
-                new.append(token.item())
-                pending.append(new[-1])
-                piece = tokenizer.decode(pending)
-                if not piece.endswith("\ufffd") or len(pending) > 8:
-                    print(piece, end="", file=out, flush=True)
+            for i, token in enumerate(model.generate_tokens(prompt, cfg.max_new_tokens,
+                                                            cfg.temperature, cfg.top_k,
+                                                            cfg.top_p, cache)):
+                pending.append(token)  # still on the device: reading it would wait for the GPU
+                if len(pending) == 16 or i == cfg.max_new_tokens - 1:  # so: 16 at a time
+                    ids = torch.cat(pending, dim=1)[0].tolist()
+                    new += ids
+                    print(utf8.decode(tokenizer.token_bytes(ids)), end="", file=out, flush=True)
                     pending = []
             seconds += time.perf_counter() - t0  # with the prompt's prefill and the printing
-        print(tokenizer.decode(pending) + "\n---------------", file=out, flush=True)
+        print(utf8.decode(b"", final=True) + "\n---------------", file=out, flush=True)
         samples.append(new)
 
     # What it measured: speed, the cache's bytes against a vanilla cache's, real words.
@@ -96,10 +103,9 @@ def sample(cfg, out=sys.stdout, err=sys.stderr):
           f"{dtype}: {n:,} tokens in {seconds:.2f} s, {n / max(seconds, 1e-9):.1f} tokens/s",
           file=err)
     # A vanilla cache holds a key and a value tensor per layer; SVFormer's one value in all.
-    cache_bytes = model.kv_cache_bytes(1, block_size, cache.keys[0].dtype if cache
-                                       else getattr(torch, dtype))
-    vanilla = cache_bytes // (model.config.n_layer + model.config.n_value_tensors) \
-        * 2 * model.config.n_layer
+    cache_dtype = cache.keys[0].dtype if cache else getattr(torch, dtype)
+    cache_bytes = model.kv_cache_bytes(1, block_size, cache_dtype)
+    vanilla = model.kv_cache_bytes(1, block_size, cache_dtype, value_tensors=model.config.n_layer)
     print(f"KV cache{' (off; on, it would take)' if not cache else ''}: {cache_bytes:,} bytes "
           f"for {block_size} positions ({model.config.n_layer} key + "
           f"{model.config.n_value_tensors} value tensors); a vanilla cache: {vanilla:,} bytes "

@@ -5,6 +5,8 @@ import math
 import pytest
 import torch
 
+import model as model_module
+
 from model import GPT, GPTConfig, KVCache, sample_next
 
 MODES = ["vanilla", "resformer", "svformer", "value_embed"]
@@ -52,9 +54,10 @@ def test_bad_config_is_a_clear_error():
         GPTConfig(n_head=4, n_kv_head=3, n_embd=32)
     with pytest.raises(ValueError, match="learnable_lambda"):
         GPTConfig(value_mode="svformer", learnable_lambda=True)
-    with pytest.raises(ValueError, match="lambda_1 and lambda_2 only apply"):
+    with pytest.raises(ValueError, match="lambda_1, lambda_2 and learnable_lambda only apply"):
         GPTConfig(value_mode="vanilla", lambda_1=2.0)
-    assert GPTConfig(n_head=4, n_embd=32).n_kv_head == 4  # 0 means n_head
+    config = GPTConfig(n_head=4, n_embd=32)
+    assert config.kv_heads == 4 and config.n_kv_head == 0  # 0 means n_head, and stays 0
 
 
 @pytest.mark.parametrize("n_kv_head,lambdas", [(k, (0.5, 0.5)) for k in KV_HEADS] +
@@ -184,6 +187,35 @@ def test_cache_overflow_and_multi_token_steps_are_clear_errors():
         model(tokens(B=1, T=17))
 
 
+def test_the_cache_writes_when_asked_and_the_model_advances_it(monkeypatch):
+    """The cache no longer advances when 'the last layer' stores: the model advances it once per
+    forward pass, so a model whose layers run in another order (or skip one) keeps its positions.
+    Its own limit, max_len, is checked where it is; generate refills at the smaller of max_len and
+    block_size, and refuses a cache the caller already filled instead of emptying it quietly."""
+    model = tiny("svformer").eval()
+    x = tokens(B=1, T=10)
+    # a student's reordering: layer 1 (the V_1 layer) still first, then layer 3, then layer 2...
+    monkeypatch.setattr(model.transformer, "h", torch.nn.ModuleList(
+        [model.transformer.h[0], model.transformer.h[2], model.transformer.h[1]]))
+    full, _ = model(x, all_logits=True)
+    cache = model.new_kv_cache(1)
+    with torch.no_grad():
+        steps = [model(x[:, :4], kv_cache=cache, all_logits=True)[0]]
+        steps += [model(x[:, t:t + 1], kv_cache=cache)[0] for t in range(4, 10)]
+    assert cache.length == 10  # ...and the positions stay right
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-4)
+    short = model.new_kv_cache(1, max_len=6)
+    with pytest.raises(ValueError, match="KVCache holds 6 tokens; 10 do not fit"):
+        model(x, kv_cache=short)
+    with pytest.raises(ValueError, match="pass an empty one"):
+        model.generate(x[:, :2], 3, kv_cache=cache)
+    model = tiny("vanilla").eval()
+    out = model.generate(x[:, :3], 12, temperature=0, kv_cache=model.new_kv_cache(1, max_len=8))
+    plain = model.generate(x[:, :3], 12, temperature=0, kv_cache=False)
+    assert out.shape == (1, 15)  # it runs to the end, refilling at 8 tokens...
+    assert torch.equal(out[:, :9], plain[:, :9])  # ...and agrees while the contexts are alike
+
+
 @pytest.mark.parametrize("n_layer", [2, 3, 12])
 def test_cache_bytes_svformer_vs_vanilla(n_layer):
     live = {}
@@ -193,7 +225,8 @@ def test_cache_bytes_svformer_vs_vanilla(n_layer):
             cache = model.new_kv_cache(batch_size=2)
             model.generate(tokens(B=2, T=3), 4, temperature=0, kv_cache=cache)
             assert cache.length == 6  # the last new token is never fed back
-            nbytes = sum(t.numel() * t.element_size() for t in cache.keys + cache.values)
+            nbytes = sum(t.numel() * t.element_size()
+                         for t in cache.keys + list(cache.values.values()))
             assert cache.nbytes() == nbytes == model.kv_cache_bytes(2, 16, torch.float32)
             live[mode, n_kv_head] = nbytes
     for n_kv_head in KV_HEADS:
@@ -324,13 +357,41 @@ def test_value_embed_parameters_are_counted_and_grouped():
     assert len(cache.values) == 3 and cache.nbytes() == vanilla.new_kv_cache(1).nbytes()
 
 
-def test_a_parameter_a_layer_creates_itself_is_a_mixing_weight():
-    """A student's gate (a bare nn.Parameter on an attention module, shape (n_kv_head, 1, 1))
-    is not decayed by accident: it lands in the mixing group, with its own lr and the log."""
+def test_mixing_weights_are_named_and_a_students_norm_is_not_one(monkeypatch):
+    """Mixing weights are those MIXING_WEIGHTS names: a student's gate, once named there, gets
+    no decay, its own lr and the log (a tensor of more than 2 numbers as its mean). A student who
+    swaps LayerNorm for RMSNorm gets nanoGPT's rule: its vector does not decay, keeps the lr and
+    stays out of the log (it used to be taken for a mixing weight)."""
     model = tiny("resformer")
-    model.transformer.h[1].attn.gate = torch.nn.Parameter(torch.ones(N_HEAD, 1, 1))
+    model.transformer.h[1].attn.gate = torch.nn.Parameter(torch.ones(N_HEAD))  # one per head
+    for block in model.transformer.h:
+        block.ln_1 = torch.nn.RMSNorm(32)
+    groups = model.parameter_groups()
+    assert groups["mixing"] == [] and model.mixing_weights() == {}  # not named: no mixing weight
+    assert {"transformer.h.0.ln_1.weight", "transformer.h.1.attn.gate"} <= {
+        n for n, _ in groups["no_decay"]}
+    assert all(p.dim() == 2 for _, p in groups["decay"])
+    monkeypatch.setattr(model_module, "MIXING_WEIGHTS", model_module.MIXING_WEIGHTS + ("gate",))
     groups = model.parameter_groups()
     assert [n for n, _ in groups["mixing"]] == ["transformer.h.1.attn.gate"]
     opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu", lambda_lr_scale=0.5)
     assert opt.param_groups[2]["weight_decay"] == 0.0 and opt.param_groups[2]["lr_scale"] == 0.5
-    assert model.mixing_weights() == {"transformer.h.1.attn.gate": [[[1.0]]] * N_HEAD}
+    assert model.mixing_weights() == {"transformer.h.1.attn.gate:mean": 1.0}
+    learned = tiny("resformer", learnable_lambda=True)
+    assert learned.mixing_weights()["transformer.h.1.attn.value_lambdas"] == [0.5, 0.5]
+
+
+def test_a_mode_starts_from_vanillas_values_for_every_tensor_they_share():
+    """The pairing: with the same seed, SVFormer and value embeddings start from vanilla's draw
+    of every tensor they share (SVFormer's c_attn: vanilla's query and key rows), ResFormer
+    from all of vanilla's; a mode's own tables keep draws of their own."""
+    vanilla = tiny("vanilla").state_dict()
+    for mode in MODES:
+        mine = tiny(mode).state_dict()
+        shared = [k for k in mine if k in vanilla]
+        assert len(shared) == len(vanilla)  # every vanilla tensor has its counterpart
+        for k in shared:
+            rows = tuple(slice(0, n) for n in mine[k].shape)
+            assert torch.equal(mine[k], vanilla[k][rows]), (mode, k)
+    table = tiny("value_embed").transformer.h[0].attn.value_embed.weight
+    assert table.std().item() == pytest.approx(0.02, rel=0.2)  # drawn, as an embedding is

@@ -13,6 +13,7 @@ end are helpers a first reading can skip (batches, evaluation, checkpoints, resu
 """
 import bisect
 import contextlib
+import fcntl  # the lock on a run's folder (POSIX: Linux, macOS; on Windows, use WSL)
 import gc
 import itertools
 import json
@@ -20,13 +21,15 @@ import math
 import os
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
 from configurator import (COUNT, POSITIVE, ConfigError, above, at_least, between, defaults,
-                          given_keys, one_of, parse_args, plural, run_main, setup_device)
+                          describe_device, given_keys, gpu_peak_flops, one_of, parse_args, plural,
+                          run_main, setup_device)
 from model import GPT, VALUE_MODES, GPTConfig
 
 # The settings, name=(default, meaning[, check]). The defaults are the CPU quickstart
@@ -40,7 +43,7 @@ SETTINGS = dict(
     resume=(False, "continue out_dir/ckpt.pt: its settings, changed only where given"),
     overwrite=(False, "start afresh even if out_dir already holds a checkpoint"),
     seed=(1337, "seed of the initial weights and of the order of the training batches",
-          between(0, 2**63 - 1 - 4096)),  # (torch's seeds, with a rank added)
+          between(0, 2**63 - 1)),  # (torch's seeds)
     nudge=(0, "nonzero: each initial weight one float32 step up or down (a seeded coin)", COUNT),
     # data
     dataset=(data.DEFAULT_DATASET, "data/<dataset>/ from prepare.py, or a path to such a folder"),
@@ -64,7 +67,8 @@ SETTINGS = dict(
     # AdamW, and the schedule: a linear warmup, then a cosine down to min_lr at lr_decay_iters
     learning_rate=(3e-3, "peak learning rate", above(0.0)),
     max_iters=(6000, "optimizer steps in all", COUNT),
-    weight_decay=(0.1, "AdamW weight decay (weights of Linear and Embedding layers)", COUNT),
+    weight_decay=(0.1, "AdamW weight decay (of the matrices: model.py's parameter_groups)",
+                  at_least(0.0)),
     beta1=(0.9, "AdamW beta1", between(0.0, 0.9999)),
     beta2=(0.95, "AdamW beta2", between(0.0, 0.9999)),
     grad_clip=(1.0, "clip the gradient norm to this (0 = off)", at_least(0.0)),
@@ -73,7 +77,8 @@ SETTINGS = dict(
     min_lr=(3e-4, "final learning rate (at most learning_rate)", at_least(0.0)),
     # system
     device=("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps"),
-    dtype=("auto", "auto (bfloat16 on capable GPUs, else float32), float32, bfloat16, float16"),
+    dtype=("auto", "auto (bfloat16 where the GPU has it natively, float16 with loss scaling on "
+                   "older CUDA GPUs, else float32), float32, bfloat16, float16"),
     compile=(False, "torch.compile the model (GPU; slow to start)"),
 )
 ACTIONS = ("resume", "overwrite")  # what a command does, not what a run is
@@ -99,31 +104,57 @@ def get_lr(it, cfg):
     return cfg.min_lr + cosine * (cfg.learning_rate - cfg.min_lr)
 
 
+def training_step(model, optimizer, scaler, batches, grad_accum, grad_clip, autocast):
+    """One AdamW step on grad_accum micro-batches (bench.py times this very step); returns the
+    last micro-batch's loss."""
+    for micro_step in range(grad_accum):
+        # Under DDP each backward() would average the gradients over the processes; only the sum
+        # of all micro-steps is needed, so all but the last skip the exchange (no_sync).
+        last = micro_step == grad_accum - 1
+        with model.no_sync() if isinstance(model, DDP) and not last else contextlib.nullcontext():
+            x, y = batches.next()
+            with autocast:
+                _, loss = model(x, y)
+            # The micro-steps' gradients add up in .grad, but the loss we train on is their
+            # mean: so each micro-step's loss is divided by their number before backward().
+            scaler.scale(loss / grad_accum).backward()
+    if grad_clip > 0:
+        # Under fp16 the gradients still carry the scaler's factor: divide it out first, so
+        # that the clipping threshold applies to the true gradient norm.
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(optimizer)  # AdamW's update (fp16: skipped if a gradient is not finite)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)  # the next step's gradients start from zero
+    return loss
+
+
 def train(cfg, given=None):
     """One training run; returns what it measured and the trained model (tests read it). given:
     the settings the command line named, which --resume changes (None: all)."""
-    check(cfg)
-    # Where it runs. Under torchrun every process runs this file, and RANK tells which one it
-    # is; rank 0 alone prints and writes files.
-    ddp = "RANK" in os.environ
-    rank, world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if ddp else (0, 1)
+    # Where it runs. Under torchrun every process runs this file; RANK says which one it is and
+    # WORLD_SIZE how many there are. Rank 0 alone prints and writes files.
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    check(cfg, world)
     device, dtype, autocast = setup_device(cfg.device, cfg.dtype)
     data_dir = data.dataset_dir(cfg.dataset)
     if cfg.dataset == data.DEFAULT_DATASET and not cfg.resume:  # the plays, on first use:
         data.prepare_default(data_dir, wait=rank != 0)  # rank 0 tokenizes, the others wait
     # a missing dataset fails here, before out_dir (a resume's: the checkpoint's, below)
     identity = None if cfg.resume else data.data_identity(data_dir)
-    with training_run(cfg, rank) as ckpt:  # out_dir is this run's until the run ends
-        changes = {}
+    with contextlib.ExitStack() as held:  # what the run holds, let go however it ends
+        held.enter_context(locked(cfg.out_dir, rank))  # out_dir is this run's until it ends
+        ckpt, changes = checkpoint_to_resume(cfg), {}
         if ckpt is not None:  # --resume: the checkpoint's settings, changed only where given
-            cfg, changes, identity = resumed(cfg, given, ckpt)
+            cfg, changes, identity = resumed(cfg, given, ckpt, world)
             data_dir = data.dataset_dir(cfg.dataset)  # the checkpoint's, unless --dataset given
             device, dtype, autocast = setup_device(cfg.device, cfg.dtype)  # and its dtype
-        if ddp:  # each process its own GPU (LOCAL_RANK: its number on this machine)
+        if world > 1:  # each process its own GPU (LOCAL_RANK: its number on this machine)
             if device.startswith("cuda"):
                 device = f"cuda:{os.environ['LOCAL_RANK']}"
                 torch.cuda.set_device(device)
             dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+            held.callback(end_process_group)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         # One step: grad_accum micro-steps of batch_size x block_size tokens in each process.
         grad_accum = cfg.gradient_accumulation_steps // world or 1
@@ -135,8 +166,8 @@ def train(cfg, given=None):
         meta = data.load_meta(data_dir)
         splits = {split: [data.read_shard(p, meta["vocab_size"]) for p in
                           data.list_shards(data_dir, split)] for split in ("train", "val")}
-        batches = Batches(splits["train"], cfg, seed=cfg.seed + rank, split="train")
-        fixed = {split: Batches(shards, cfg, seed=1234, split=split)
+        batches = Batches(splits["train"], cfg, rank_seed(cfg.seed, rank), "train", device)
+        fixed = {split: Batches(shards, cfg, 1234, split, device)
                  for split, shards in splits.items()}
 
         # The model and AdamW, fresh or as the checkpoint left them. The same seed in every
@@ -155,24 +186,29 @@ def train(cfg, given=None):
         optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
                                                    (cfg.beta1, cfg.beta2), device.split(":")[0],
                                                    cfg.lambda_lr_scale)
-        torch.manual_seed(cfg.seed + rank)  # from here on, each process its own stream (dropout)
+        torch.manual_seed(rank_seed(cfg.seed, rank))  # from here on, each process its own stream
         record = {"format": data.CHECKPOINT_FORMAT, "data": identity, "iter_num": 0,
-                  "best_val_loss": float("inf"), "model_args": vars(raw_model.config),
-                  "config": settings_of(cfg),
+                  "best_val_loss": float("inf"), "val_loss": None,
+                  "model_args": vars(raw_model.config), "config": settings_of(cfg),
                   "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")}}
         if ckpt is not None:
             optimizer.load_state_dict(ckpt["optimizer"])
-            record.update(iter_num=ckpt["iter_num"], best_val_loss=ckpt["best_val_loss"])
+            record.update({k: ckpt.get(k) for k in ("iter_num", "best_val_loss", "val_loss")})
             restore_rng(ckpt, batches, rank, world, cfg.out_dir)
         ckpt, iter_num = None, record["iter_num"]  # the checkpoint's memory can go
         start_iter = iter_num
         model = torch.compile(raw_model) if cfg.compile else raw_model
-        if ddp:  # DDP averages the gradients of all processes inside backward()
+        if world > 1:  # DDP averages the gradients of all processes inside backward()
             model = DDP(model, device_ids=[device] if device.startswith("cuda") else None)
         # fp16 needs the loss scaled up, so that small gradients do not round to zero (for bf16
         # and fp32 the scaler is off, and its calls do nothing)
         scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
-        announce(log, cfg, changes, raw_model, iter_num, (device, dtype))
+        # MFU (nanoGPT's log shows it too): the FLOP/s achieved per GPU over its 16-bit peak;
+        # none for a GPU missing from the peak table, or on the CPU
+        peak = (gpu_peak_flops(torch.cuda.get_device_name(device))
+                if device.startswith("cuda") and dtype != "float32" else None)
+        announce(log, cfg, changes, raw_model, iter_num, (device, dtype),
+                 (world, grad_accum, tokens_per_step))
 
         evals, t_start = [], time.time()
         t0, timed_from = t_start, iter_num  # the clock of the steps since the last log line
@@ -184,12 +220,13 @@ def train(cfg, given=None):
                                                                  or iter_num == 0):
                 losses = estimate_loss(raw_model, fixed, cfg.eval_iters, autocast)
                 record["best_val_loss"] = min(record["best_val_loss"], losses["val"])
+                record["val_loss"] = losses["val"]  # this checkpoint's own (sample.py says it)
                 evals.append({"iter": iter_num, "tokens": iter_num * tokens_per_step,
                               "train_loss": losses["train"], "val_loss": losses["val"]})
                 mixing = raw_model.mixing_weights()  # what training makes of them, by layer
                 evals[-1].update({"mixing": mixing} if mixing else {})
                 log({"kind": "eval", **evals[-1]}, f"step {iter_num}: train loss "
-                    f"{losses['train']:.4f}, val loss {losses['val']:.4f}{describe(mixing)}")
+                    f"{losses['train']:.4f}, val loss {losses['val']:.4f}{mixing_line(mixing)}")
                 if not math.isfinite(losses["val"]):
                     diverged(log, iter_num, cfg.out_dir)
                 if iter_num > start_iter:
@@ -204,40 +241,25 @@ def train(cfg, given=None):
             lr = get_lr(iter_num, cfg)
             for group in optimizer.param_groups:
                 group["lr"] = lr * group["lr_scale"]
-            for micro_step in range(grad_accum):
-                # Under DDP each backward() would average the gradients over the processes;
-                # only the sum of all micro-steps is needed, so only the last one exchanges.
-                if ddp:
-                    model.require_backward_grad_sync = micro_step == grad_accum - 1
-                x, y = batches.next(device)
-                with autocast:
-                    _, loss = model(x, y)
-                # The micro-steps' gradients add up in .grad, but the loss we train on is their
-                # mean: so each micro-step's loss is divided by their number before backward().
-                loss = loss / grad_accum
-                scaler.scale(loss).backward()
-            if cfg.grad_clip > 0:
-                # Under fp16 the gradients still carry the scaler's factor: divide it out first,
-                # so that the clipping threshold applies to the true gradient norm.
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            scaler.step(optimizer)  # AdamW's update (fp16: skipped if a gradient is not finite)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)  # the next step's gradients start from zero
+            loss = training_step(model, optimizer, scaler, batches, grad_accum, cfg.grad_clip,
+                                 autocast)
             iter_num += 1
 
             if iter_num % cfg.log_interval == 0 or iter_num == cfg.max_iters:
-                lossf = mean_over_processes(loss.detach() * grad_accum, world)  # a sync: here only
+                lossf = mean_over_processes(loss.detach(), world)  # a GPU sync: here only
                 if not math.isfinite(lossf):  # all processes have the same mean: all stop at once
                     diverged(log, iter_num, cfg.out_dir)
                 dt = (time.time() - t0) / (iter_num - timed_from)
                 eta = round((time.time() - t_start) / (iter_num - start_iter)
                             * (cfg.max_iters - iter_num))  # whole seconds: never "5m60s"
+                mfu = peak and raw_model.estimate_mfu(tokens_per_step / dt / world, peak,
+                                                      cfg.block_size)
                 log({"kind": "train", "iter": iter_num, "loss": lossf, "lr": lr,
-                     "ms_per_step": 1000 * dt, "tokens_per_sec": tokens_per_step / dt},
+                     "ms_per_step": 1000 * dt, "tokens_per_sec": tokens_per_step / dt,
+                     **({"mfu": mfu} if mfu else {})},
                     f"iter {iter_num}/{cfg.max_iters}: loss {lossf:.4f}, lr {lr:.2e}, "
                     f"{1000 * dt:.0f} ms/step, {tokens_per_step / dt:,.0f} tok/s, "
-                    f"ETA {eta // 60}m{eta % 60:02d}s")
+                    + (f"mfu {100 * mfu:.1f}%, " if mfu else "") + f"ETA {eta // 60}m{eta % 60:02d}s")
                 t0, timed_from = time.time(), iter_num
 
         # The final number: the loss over every token of the validation split, each once.
@@ -266,14 +288,14 @@ def main(argv):
 # -----------------------------------------------------------------------------
 # Below: what train() uses that a first reading can skip.
 
-def check(cfg):
-    """The settings that only make sense together; a model shape model.py refuses fails here."""
+def check(cfg, world=1):
+    """The settings that only make sense together (world: torchrun's processes); a model shape
+    model.py refuses fails here."""
     if cfg.min_lr > cfg.learning_rate:
         raise ConfigError(f"--min_lr={cfg.min_lr}: must be at most learning_rate "
                           f"({cfg.learning_rate})")
     if os.path.exists(cfg.out_dir) and not os.path.isdir(cfg.out_dir):
         raise ConfigError(f"--out_dir={cfg.out_dir} is a file: name a folder")
-    world = int(os.environ.get("WORLD_SIZE", 1))
     if cfg.gradient_accumulation_steps % world:  # 0 (one per process) always divides
         raise ConfigError(f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps} is "
                           f"the total over all processes: it must divide by their number "
@@ -289,14 +311,24 @@ def settings_of(cfg):
     return {k: v for k, v in vars(cfg).items() if k not in ACTIONS}
 
 
+def rank_seed(seed, rank):
+    """Process rank's seed: rank 0 the seed itself (so one process is the plain run), each other
+    rank one of its own from a SeedSequence of (seed, rank), which no plain seed's stream
+    repeats (seed + rank would: rank 1 of seed s would replay seed s + 1)."""
+    return seed if rank == 0 else int(np.random.SeedSequence([seed, rank]).generate_state(
+        1, np.uint64)[0] >> 1)
+
+
 class Batches:
     """(x, y) batches of random windows of block_size + 1 tokens from a split's shards, drawn by a
-    seeded generator whose state a checkpoint keeps. The fixed windows of the loss estimates are
-    such batches too, their generator reset before each estimate."""
+    seeded generator whose state a checkpoint keeps, on `device`. The fixed windows of the loss
+    estimates are such batches too, their generator reset before each estimate."""
 
-    def __init__(self, shards, cfg, seed, split):
-        self.shards, self.B, self.T = shards, cfg.batch_size, cfg.block_size
+    def __init__(self, shards, cfg, seed, split, device="cpu"):
+        self.shards, self.B, self.T, self.device = shards, cfg.batch_size, cfg.block_size, device
         self.seed, self.generator = seed, torch.Generator().manual_seed(seed)
+        # (A shard's very last window is never drawn: its count is one short of nanoGPT's. A
+        # fix would change every run's batches, so every committed record; left as it is.)
         # the windows that start in each shard, numbered across all of them (bisect finds one)
         self.windows = [max(len(s) - self.T - 1, 0) for s in shards]
         self.ends = list(itertools.accumulate(self.windows))
@@ -307,13 +339,15 @@ class Batches:
                                  f", fewer than one window needs (block_size {self.T} + 2): {fix}"
                                  f"prepare more text")
 
-    def next(self, device="cpu"):
+    def next(self):
         rows = []
         for i in torch.randint(self.ends[-1], (self.B,), generator=self.generator).tolist():
             s = bisect.bisect_right(self.ends, i)  # window i starts in shard s
             start = i - (self.ends[s] - self.windows[s])
             rows.append(torch.from_numpy(self.shards[s][start:start + self.T + 1].astype("int64")))
-        rows = torch.stack(rows).to(device)
+        rows = torch.stack(rows)
+        if self.device.startswith("cuda"):  # as nanoGPT: from pinned memory, the copy to the GPU
+            rows = rows.pin_memory().to(self.device, non_blocking=True)  # runs beside its work
         return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
     def reset(self):
@@ -331,7 +365,7 @@ def estimate_loss(model, fixed, eval_iters, autocast):
         total = torch.zeros((), device=device)  # summed where it is computed: one sync
         for _ in range(eval_iters):
             with autocast:
-                total += model(*batches.next(device))[1].float()
+                total += model(*batches.next())[1].float()
         losses[split] = total.item() / eval_iters
     model.train()
     return losses
@@ -377,55 +411,61 @@ def diverged(log, iter_num, out_dir):
 
 
 @contextlib.contextmanager
-def training_run(cfg, rank):
-    """with training_run(cfg, rank) as ckpt: out_dir is this run's (an OS lock on the folder,
-    which the OS drops when the process ends, however it ends) and ckpt the checkpoint to resume
-    (or None). On the way out it ends torchrun's process group."""
+def locked(out_dir, rank):
+    """with locked(out_dir, rank): the folder is this run's, by an OS lock on the folder itself
+    that the OS drops when the process ends, however it ends (torchrun's other ranks share rank
+    0's folder and take none)."""
     try:
-        os.makedirs(cfg.out_dir, exist_ok=True)
+        os.makedirs(out_dir, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"--out_dir={cfg.out_dir}: cannot make that folder ({e.strerror})")
-    folder = os.open(cfg.out_dir, os.O_RDONLY)
+        raise ConfigError(f"--out_dir={out_dir}: cannot make that folder ({e.strerror})")
+    folder = os.open(out_dir, os.O_RDONLY)
     try:
-        if rank == 0 and fcntl is not None:  # (Windows has no fcntl, and no lock)
+        if rank == 0:
             try:
                 fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise ConfigError(f"{cfg.out_dir} is in use by another training run: wait for "
-                                  f"it, stop it, or use another --out_dir") from None
-        path = os.path.join(cfg.out_dir, "ckpt.pt")
-        if not cfg.resume and os.path.exists(path) and not cfg.overwrite:
-            raise ConfigError(f"{cfg.out_dir} already holds a checkpoint: continue it with "
-                              f"--resume, or train into another --out_dir (--overwrite "
-                              f"replaces it)")
-        yield data.load_checkpoint(path) if cfg.resume else None
+                raise ConfigError(f"{out_dir} is in use by another training run: wait for it, "
+                                  f"stop it, or use another --out_dir") from None
+        yield
     finally:
         os.close(folder)
-        if dist.is_initialized():
-            gc.collect()  # DDP's leftovers first: freed after the group, they abort the process
-            dist.destroy_process_group()
 
 
-def resumed(cfg, given, ckpt):
+def checkpoint_to_resume(cfg):
+    """The checkpoint --resume continues, None for a fresh run; a fresh run never replaces a
+    checkpoint unless --overwrite says so."""
+    path = os.path.join(cfg.out_dir, "ckpt.pt")
+    if not cfg.resume and os.path.exists(path) and not cfg.overwrite:
+        raise ConfigError(f"{cfg.out_dir} already holds a checkpoint: continue it with --resume, "
+                          f"or train into another --out_dir (--overwrite replaces it)")
+    return data.load_checkpoint(path) if cfg.resume else None
+
+
+def end_process_group():
+    gc.collect()  # DDP's leftovers first: freed after the group, they abort the process
+    dist.destroy_process_group()
+
+
+def resumed(cfg, given, ckpt, world):
     """(the checkpoint's settings with those given on the command line, the changes, the
     identity of the data it goes on with); refused where the model's shape or the data changed."""
     saved = {**vars(defaults(SETTINGS)), **ckpt["config"], **{k: getattr(cfg, k) for k in ACTIONS}}
     given = set(vars(cfg) if given is None else given) - set(ACTIONS)
     changes = {k: (saved[k], getattr(cfg, k)) for k in given if saved[k] != getattr(cfg, k)}
     shape = [f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in changes.items()
-             if k in ckpt["model_args"] and k != "dropout"
-             and (k, b or cfg.n_head) != ("n_kv_head", ckpt["model_args"]["n_kv_head"])]
+             if k in ckpt["model_args"] and k != "dropout"]
     if shape:
         raise ConfigError(f"cannot resume {cfg.out_dir}/ckpt.pt: the model differs "
                           f"({', '.join(shape)}); a run keeps its shape: drop those settings, or "
                           f"start a new run in another --out_dir")
     cfg = type(cfg)(**{**saved, **{k: b for k, (_, b) in changes.items()}})
-    check(cfg)
+    check(cfg, world)
     then, identity = ckpt["data"], data.data_identity(data.dataset_dir(cfg.dataset))
     if then["sha256"] != identity["sha256"]:  # (a changed tokenizer changes the shards too)
         raise data.DataError(f"cannot resume {cfg.out_dir}/ckpt.pt: it trained on {then['dir']} "
-                             f"({data.describe(then)}), which now holds other data "
-                             f"({data.describe(identity)}, {identity['tokenizer']} tokens): "
+                             f"({data.describe_tokens(then)}), which now holds other data "
+                             f"({data.describe_tokens(identity)}, {identity['tokenizer']} tokens): "
                              f"prepare the original data again, or start a new run")
     return cfg, changes, identity
 
@@ -438,7 +478,7 @@ def save_checkpoint(out_dir, record, model, optimizer, batches, world):
     states = [mine] * world
     if world > 1:
         dist.all_gather_object(states, mine)
-    if not dist.is_initialized() or dist.get_rank() == 0:
+    if world == 1 or dist.get_rank() == 0:
         with data.atomic_write(os.path.join(out_dir, "ckpt.pt")) as f:  # whole or not at all
             torch.save({**record, "model": model.state_dict(),
                         "optimizer": optimizer.state_dict(), "rank_states": states}, f)
@@ -475,14 +515,13 @@ class Log:
                 f.write(json.dumps(record) + "\n")
 
 
-def announce(log, cfg, changes, model, iter_num, where):
+def announce(log, cfg, changes, model, iter_num, where, step):
     """A resume's changes, the settings in effect (derived values filled in, the device and dtype
-    in where), then in one line what is trained."""
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    micro = cfg.gradient_accumulation_steps // world or 1
-    tokens_per_step = cfg.batch_size * cfg.block_size * micro * world
+    in where), where it runs, then in one line what is trained (step: processes, micro-steps,
+    tokens per step)."""
+    world, micro, tokens_per_step = step
     settings = {**settings_of(cfg), "warmup_iters": warmup_steps(cfg),
-                "lr_decay_iters": decay_end(cfg), "n_kv_head": model.config.n_kv_head,
+                "lr_decay_iters": decay_end(cfg), "n_kv_head": model.config.kv_heads,
                 "device": where[0], "dtype": where[1]}
     for k, (a, b) in changes.items():
         log(line=f"resume: {k}: {a!r} -> {b!r}")
@@ -491,6 +530,7 @@ def announce(log, cfg, changes, model, iter_num, where):
             ": at max_iters already, nothing to train (to go further: --resume with a larger "
             "--max_iters)" if iter_num >= cfg.max_iters else ""))
     log(line="settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
+    log(line=f"running on {describe_device(*where)}")
     log({"kind": "config", "iter": iter_num, "settings": settings, "world": world,
          "num_params": model.num_params(), "tokens_per_step": tokens_per_step},
         f"{cfg.value_mode}: {model.num_params() / 1e6:.2f}M parameters, {tokens_per_step:,} "
@@ -499,7 +539,7 @@ def announce(log, cfg, changes, model, iter_num, where):
         f"data {cfg.dataset}")
 
 
-def describe(mixing):
+def mixing_line(mixing):
     """', value_lambdas 0.52/0.48 0.51/0.49 ...': each kind of mixing weight, layer by layer."""
     kinds = {}
     for name, value in mixing.items():
@@ -507,12 +547,6 @@ def describe(mixing):
     return "".join(f", {kind} " + " ".join("/".join(f"{x:.2f}" for x in v) if isinstance(v, list)
                                            else f"{v:.2f}" for v in values)
                    for kind, values in kinds.items())
-
-
-try:
-    import fcntl  # the run folder's lock (POSIX)
-except ImportError:
-    fcntl = None
 
 if __name__ == "__main__":
     run_main(main)

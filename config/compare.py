@@ -8,9 +8,6 @@
 # 8.5e-3 is every variant's best or within 0.0003 of it, so here the fair protocol and the
 # paper's (every variant at vanilla's best: python compare.py --lrs= --out_dir=out-paper) are the
 # same runs. ResFormer on 85% of the tokens (the paper's data-efficiency test): --less_data=0.85
-out_dir = "out-compare"
-modes = "vanilla,resformer,resformer:lambda_1=2:lambda_2=1,svformer"
-less_data = 0.0
 dataset = "shakespeare_byte"
 batch_size = 32
 block_size = 64

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 
 # ---- statistics ----
@@ -50,6 +51,51 @@ def noise_floor(results):
     return max(abs(d) for d in p["differences"]) if p else None
 
 
+def bands(results, calibration=None):
+    """Each variant's band at the end, in results.json and the picture: where its difference to
+    vanilla falls on other draws. With 2+ seeds: their lowest to highest ("seeds"); one seed
+    with a calibration (compare's --calibration): the calibration seeds' lowest to highest
+    ("seeds"; another seed falls inside such a range of n about (n - 1) / (n + 1) of the time);
+    otherwise the difference give or take what rounding alone did ("rounding": another CPU,
+    not another seed), or none without the floor's run."""
+    floor = noise_floor(results)
+    for name, r in results.items():
+        p = r.get("paired")
+        if not p or name == FLOOR:
+            continue
+        own = (calibration or {}).get("modes", {}).get(name)
+        if p["n"] > 1 or own:
+            spread = p["differences"] if p["n"] > 1 else own["final"]
+            r.update(band=[min(spread), max(spread)], band_source="seeds",
+                     band_seeds=r["seeds"] if p["n"] > 1 else calibration["seeds"])
+            if p["n"] == 1:
+                r["calibration"] = own
+        elif floor is not None:
+            r.update(band=[p["mean"] - floor, p["mean"] + floor], band_source="rounding")
+
+
+def held_on_every_seed(r, base):
+    """What a one-seed variant shows that its calibration seeds all show too (lists of words):
+    a final loss on one side of vanilla's, leaving the early plateau no later than vanilla."""
+    own, held = r.get("calibration"), []
+    if not own:
+        return held
+    finals = own["final"] + [r["paired"]["mean"]]
+    side = "lower" if max(finals) < 0 else "higher" if min(finals) > 0 else None
+    if side:
+        held.append(f"a final loss {side} than vanilla's")
+    if own.get("escape") and r.get("escape") and base.get("escape"):
+        def step(e):
+            return e[0] if e else math.inf  # never left: later than any run that did
+        pairs = [(step(a), step(b)) for a, b in own["escape"]]
+        pairs.append((step(r["escape"][0]), step(base["escape"][0])))
+        sooner = sum(a < b for a, b in pairs)
+        if sooner and all(a <= b for a, b in pairs):
+            held.append(f"leaving the early plateau no later than vanilla (sooner on {sooner} "
+                        f"of {len(pairs)})")
+    return held
+
+
 def verdict(stats, floor=None):
     """One computed sentence: beyond noise only when the 95% interval excludes 0 and the mean
     is larger than what rounding alone did (floor)."""
@@ -84,62 +130,7 @@ def escape(evals, threshold):
     return next(([e["iter"], e["tokens"]] for e in evals if e["val_loss"] < threshold), None)
 
 
-# ---- fewer parameters: loss against model size ----
-
-def param_saving(vanilla, variant, draws=2000):
-    """The paper's "fewer parameters", read off two fitted curves loss = a + b ln(params), one
-    per variant. vanilla, variant: (params per size, final losses [size][seed], the same seeds).
-    At the middle size N (geometric mean of vanilla's sizes) the variant reaches vanilla's
-    fitted loss with N' = exp((a_v + b_v ln N - a_r) / b_r) parameters: saving = 1 - N'/N
-    (0.2 = 20% fewer). Only defined where both losses fall with size (b < 0). The 95%
-    interval resamples the seeds (bootstrap, fixed RNG); None when some resample's curves do not
-    both fall ("falling": the share that do), as then the saving is not pinned down."""
-    def fit(params, losses, cols):
-        b, a = np.polyfit(np.log(params), np.asarray(losses)[:, cols].mean(axis=1), 1)
-        return a, b
-
-    def saving(cols):
-        (a_v, b_v), (a_r, b_r) = fit(*vanilla, cols), fit(*variant, cols)
-        if b_v >= 0 or b_r >= 0:
-            return None
-        log_mid = np.mean(np.log(vanilla[0]))
-        return 1 - math.exp((a_v + b_v * log_mid - a_r) / b_r - log_mid)
-
-    n_seeds = np.asarray(vanilla[1]).shape[1]
-    every = list(range(n_seeds))
-    rng = np.random.default_rng(0)
-    resampled = [saving(list(rng.integers(0, n_seeds, n_seeds))) for _ in range(draws)]
-    finite = sorted(x for x in resampled if x is not None)
-    line_vanilla, line_variant = fit(*vanilla, every), fit(*variant, every)
-    return {"line_vanilla": [float(x) for x in line_vanilla],  # (a, b)
-            "line_variant": [float(x) for x in line_variant],
-            "slope_vanilla": float(line_vanilla[1]), "slope_variant": float(line_variant[1]),
-            "middle_params": float(np.exp(np.mean(np.log(vanilla[0])))),
-            "saving": saving(every), "n_seeds": n_seeds, "falling": len(finite) / draws,
-            "interval": ([finite[int(0.025 * draws)], finite[int(0.975 * draws) - 1]]
-                         if n_seeds >= 3 and len(finite) == draws else None)}
-
-
-def size_sweep(sweep):
-    """{variant: param_saving} when a sweep changes the model's size at 3 or more points
-    (vanilla's parameter count differs), on the seeds every point and both variants share."""
-    points = [p for p in sweep.values() if "vanilla" in p]
-    if len({p["vanilla"]["num_params"] for p in points}) < 3:
-        return {}
-    out = {}
-    for name in sorted({n for p in points for n in p} - {"vanilla"}):
-        if not all(name in p for p in points):
-            continue
-        seeds = sorted(set.intersection(*(set(p[n]["seeds"]) for p in points
-                                          for n in ("vanilla", name))))
-        if len(seeds) < 2:
-            continue
-        curves = [([p[n]["num_params"] for p in points],
-                   [[p[n]["val_loss"][p[n]["seeds"].index(s)] for s in seeds] for p in points])
-                  for n in ("vanilla", name)]
-        out[name] = {**param_saving(*curves), "seeds": seeds}
-    return out
-
+# ---- fewer parameters: loss against model size (the paper's measure) ----
 
 def vanilla_curve(results):
     """The paper's own measure, "matches a vanilla model X% larger": vanilla at several sizes
@@ -308,24 +299,33 @@ def token_similarity(hidden):
 
 @torch.no_grad()
 def internals(model, x):
-    """Per layer: attention weights (B, n_head, T, T) and block outputs (B, T, C) for tokens x,
-    collected with forward hooks, so the model's forward stays the plain training path."""
-    attention, hidden, hooks = [], [], []
+    """Per layer: attention weights (B, n_head, T, T) and block outputs (B, T, C) for tokens x.
+    The weights are those of the very q and k each layer hands to scaled_dot_product_attention
+    (recorded by wrapping it for this one forward pass), so they stay right when a layer changes
+    q or k on the way (RoPE, QK-norm); the blocks' outputs come from forward hooks."""
+    attention, hidden, sdpa = [], [], F.scaled_dot_product_attention
 
-    def on_attention(attn, args, output):  # args[0]: the block's normalised input
-        q, k, _ = attn.project(args[0])
-        k = k.repeat_interleave(attn.n_head // attn.n_kv_head, dim=1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(attn.head_dim)
-        causal = torch.ones(q.size(2), q.size(2), dtype=torch.bool, device=q.device).tril()
-        attention.append(scores.masked_fill(~causal, float("-inf")).softmax(dim=-1))
+    def recording(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                  enable_gqa=False, **kw):
+        keys = k.repeat_interleave(q.size(1) // k.size(1), dim=1)  # grouped-query attention
+        scores = q @ keys.transpose(-2, -1) * (scale or 1 / math.sqrt(q.size(-1)))
+        if is_causal:
+            causal = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
+            scores = scores.masked_fill(~causal, float("-inf"))
+        if attn_mask is not None:
+            scores = (scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
+                      else scores + attn_mask)
+        attention.append(scores.softmax(dim=-1))
+        return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                    scale=scale, enable_gqa=enable_gqa, **kw)
 
-    for block in model.transformer.h:
-        hooks.append(block.attn.register_forward_hook(on_attention))
-        hooks.append(block.register_forward_hook(
-            lambda block, args, output: hidden.append(output[0])))
+    hooks = [block.register_forward_hook(lambda block, args, output: hidden.append(output[0]))
+             for block in model.transformer.h]
+    F.scaled_dot_product_attention = recording
     try:
         model(x, all_logits=True)
     finally:
+        F.scaled_dot_product_attention = sdpa
         for hook in hooks:
             hook.remove()
     return attention, hidden

@@ -1,7 +1,7 @@
 """
 Pictures for compare.py (matplotlib, optional): loss curves with the difference to vanilla,
 attention entropy and token similarity per layer, learned lambdas, a sweep, loss against model
-size, attention maps; and plot_logs() for any runs' log.jsonl (python compare.py --plot=out,out2).
+size, attention maps.
 """
 import json
 import os
@@ -9,14 +9,15 @@ import textwrap
 
 import numpy as np
 
+from configurator import plural
 from model import VALUE_MODES
 
 from .runs import read_log
 
-from .analysis import FLOOR, bracketed, escape, mixing_by_layer, size_sweep, vanilla_curve
+from .analysis import FLOOR, bracketed, escape, mixing_by_layer, vanilla_curve
 
 # what the difference panels draw as a grey band around 0 (analysis.FLOOR's runs)
-FLOOR_LABEL = "rounding alone (vanilla nudged one float32 step): the noise floor"
+FLOOR_LABEL = "rounding alone (vanilla nudged one float32 step): another CPU, not another seed"
 # sizes that stay readable on a projector: text >= 10 points, curves >= 2 points wide
 TEXT, SMALL, LINE = 11, 10, 2.0
 
@@ -156,8 +157,6 @@ def write_all(root, results, sweep, maps, search=None, escape_loss=0.0, unit="to
     paired = any("paired" in r for p in sweep.values() for r in p.values())
     if paired and not search:  # under --tune the one "point" is the paper's protocol: a table
         written.append(sweep_figure(plt, root, sweep, unit))
-    if any(n != FLOOR for n in size_sweep(sweep)):
-        written.append(size_figure(plt, root, sweep, unit))
     if vanilla_curve(results):
         written.append(curve_figure(plt, root, results, unit))
     if maps:
@@ -248,7 +247,7 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
     per_step = next(iter(results.values())).get("tokens_per_step")
     (bottom or top).set_xlabel(f"step ({per_step:,} tokens each)" if per_step else "step")
     if bottom is not None:
-        several = False
+        several, calibrated = False, 0
         for name, r in variants.items():
             paired = seed_gaps(r, base) if name != "vanilla" else None
             if paired is None:
@@ -259,6 +258,14 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
             bottom.plot(steps[keep], gap, marker="o", ms=3, lw=2.5, color=colors[name],
                         label=label(name, r.get("note")), zorder=3)
             gaps.append(gap)
+            other = r.get("calibration")  # one seed: where the same difference fell on others
+            if other and other["steps"][:len(steps)] == list(steps):
+                spread = np.array(other["curves"])[:, :len(steps)][:, keep]
+                bottom.fill_between(steps[keep], spread.min(0), spread.max(0), color=colors[name],
+                                    alpha=0.18, lw=0, zorder=1, label=f"{label(name)} on "
+                                    f"{len(other['final'])} other seeds, lowest to highest")
+                gaps += [spread.min(0), spread.max(0)]
+                calibrated = len(other["final"])
             if len(per_seed) > 1:  # the spread: each seed's own difference, thin
                 several = True
                 for seed_gap in per_seed:
@@ -273,9 +280,11 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
         if band is not None:
             steps, half = band
             keep = steps > 0
+            draws = len(results[FLOOR]["seeds"])
             bottom.fill_between(steps[keep], -half[keep], half[keep], color="0.55", alpha=0.35,
-                                lw=0, zorder=1, label=f"{FLOOR_LABEL}, at most "
-                                f"±{half[keep].max() if keep.any() else 0:.2g}")
+                                lw=0, zorder=1, label=f"{FLOOR_LABEL} ("
+                                + ("one draw" if draws == 1 else plural(draws, "seed"))
+                                + f", at most ±{half[keep].max() if keep.any() else 0:.2g})")
             past = slice(2 if keep.sum() > 4 else 0, None)  # as the top panel's range
             floor_high = half[keep][past].max() if keep.any() else 0.0
         # each curve's 2nd to 98th percentile (its nearest points, not interpolated toward an
@@ -286,7 +295,8 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
         if high > low:
             bottom.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
         said = ((["bold = mean, thin = each seed"] if several else ["one seed"] if gaps else [])
-                + (["grey = the noise floor"] if band else []))
+                + ([f"shaded = {calibrated} other seeds"] if calibrated else [])
+                + (["grey = rounding alone"] if band else []))
         title = "Difference to vanilla on the same seed (below 0 = better)" + (
             "\n" + "; ".join(said) if said else "")
         bottom.set(ylabel=f"minus vanilla (nats per {unit})",
@@ -302,7 +312,7 @@ def note(name, less_data=0.0):
     return "nudged one rounding step: the noise floor" if name == FLOOR else None
 
 
-def live_loss(root, grid, escape_loss=0.0, unit="token", less_data=0.0):
+def live_loss(root, grid, escape_loss=0.0, unit="token", less_data=0.0, calibration=None):
     """loss.png redrawn from the logs of the runs so far (compare.py calls it every 30 s while
     they train): each variant over the seeds that have started, up to the step all of them
     reached, with the final picture's triangles (each run's escape, on the steps drawn), notes,
@@ -332,6 +342,8 @@ def live_loss(root, grid, escape_loss=0.0, unit="token", less_data=0.0):
             r["escape"] = [escape(evals[:n], escape_loss) for _, evals in seeded]
         if note(name, less_data):
             r["note"] = note(name, less_data)
+        if calibration and len(r["seeds"]) == 1 and name in calibration["modes"]:
+            r["calibration"] = calibration["modes"][name]
     tmp = os.path.join(root, "loss.live.png")
     loss_figure(plt, root, results, escape_loss, path=tmp, unit=unit)
     os.replace(tmp, os.path.join(root, "loss.png"))
@@ -411,38 +423,6 @@ def sweep_figure(plt, root, sweep, unit="token"):
     ax.set(ylabel=f"val loss minus vanilla\n(nats per {unit}; below 0 = better)",
            title="Gain over vanilla across the sweep")
     return save(plt, fig, os.path.join(root, "sweep.png"))
-
-
-def size_figure(plt, root, sweep, unit="token"):
-    """Final loss against parameter count: each seed as a dot, the fitted line per variant
-    (analysis.param_saving), the saving at the middle size in the legend (not the noise floor's
-    runs: vanilla again)."""
-    fits = {n: f for n, f in size_sweep(sweep).items() if n != FLOOR}
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for k, name in enumerate(["vanilla"] + list(fits)):
-        points = [p[name] for p in sweep.values() if name in p]
-        params = np.array([r["num_params"] for r in points], dtype=float)
-        for n, r in zip(params, points):
-            ax.scatter([n] * len(r["val_loss"]), r["val_loss"], s=10, color=f"C{k}", alpha=0.4)
-        f = fits.get(name)
-        # the lines analysis.param_saving fitted (vanilla's is the same against every variant)
-        a, b = f["line_variant"] if f else next(iter(fits.values()))["line_vanilla"]
-        if f is None:
-            label = name
-        elif f["saving"] is None:
-            label = f"{name}: no saving read off (a loss does not fall with size)"
-        elif f["interval"] is None:
-            label = (f"{name}: {100 * f['saving']:.1f}% fewer parameters, not pinned down "
-                     f"(both fall in {100 * f['falling']:.0f}% of resamples)")
-        else:
-            lo, hi = f["interval"]
-            label = (f"{name}: {100 * f['saving']:.1f}% fewer parameters "
-                     f"[{100 * lo:.1f}, {100 * hi:.1f}]")
-        ax.plot(params, a + b * np.log(params), color=f"C{k}", lw=LINE, label=label)
-    ax.set_xscale("log")
-    ax.set(xlabel="parameters", ylabel=f"final val loss (nats per {unit})",
-           title="Loss against model size (lines: loss = a + b ln params)")
-    return save(plt, fig, os.path.join(root, "params.png"))
 
 
 def curve_figure(plt, root, results, unit="token"):
@@ -525,31 +505,3 @@ def attention_maps(plt, root, maps):
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
-
-
-def plot_logs(run_dirs, path):
-    """Training and val loss of any runs' log.jsonl against tokens, in one picture."""
-    plt = pyplot()
-    if plt is None:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for run_dir in run_dirs:
-        log_path = os.path.join(run_dir, "log.jsonl")
-        if not os.path.isfile(log_path):
-            raise FileNotFoundError(f"no {log_path}: give run folders written by train.py "
-                                    "(e.g. --plot=out)")
-        with open(log_path) as f:
-            log = [json.loads(line) for line in f if line.strip()]
-        per_step = next((r["tokens_per_step"] for r in log if r["kind"] == "config"), 1)
-        train = [(r["iter"] * per_step, r["loss"]) for r in log if r["kind"] == "train"]
-        val = [(r["tokens"], r["val_loss"]) for r in log if r["kind"] == "eval" and r["iter"] > 0]
-        color = None
-        if train:  # markers where there are few points: one record alone is still drawn
-            line, = ax.plot(*zip(*train), alpha=0.4, lw=1, marker="o" if len(train) < 20 else None,
-                            ms=3, label=f"{run_dir} train")
-            color = line.get_color()
-        if val:
-            ax.plot(*zip(*val), marker="o", ms=3, color=color, label=f"{run_dir} val")
-    ax.set(ylabel="loss", title="Training runs")
-    tokens_axis(ax)
-    return save(plt, fig, path)

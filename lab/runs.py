@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 
 import data
-from configurator import plural
+from configurator import ConfigError, plural, resolve_device
 from model import GPT
 
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
@@ -109,9 +110,9 @@ def same_run(cfg, run_dir, theirs):
     differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
     if differ:
         shown = ", ".join(f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} now" for k in differ[:4])
-        raise data.DataError(f"{run_dir} holds a run with other settings ({shown}"
-                               f"{', ...' if len(differ) > 4 else ''}): delete it, or compare "
-                               f"into another --out_dir")
+        raise ConfigError(f"{run_dir} holds a run with other settings ({shown}"
+                          f"{', ...' if len(differ) > 4 else ''}): delete it, or compare "
+                          f"into another --out_dir")
     return True
 
 
@@ -121,8 +122,12 @@ def finished(cfg, run_dir, threads=None):
     path = os.path.join(run_dir, "summary.json")
     if not os.path.isfile(path):
         return None
-    with open(path) as f:
-        summary = json.load(f)
+    try:
+        with open(path) as f:
+            summary = json.load(f)
+    except ValueError as e:  # cut short (a full disk, a bad merge): say which, lose nothing
+        raise data.DataError(f"{path} is not whole JSON ({e}): restore it (git checkout -- "
+                             f"{path}), or delete {run_dir} to train that run again") from None
     if summary.get("format") != data.CHECKPOINT_FORMAT:
         raise data.DataError(f"{run_dir} was written by an older version of compare.py: "
                                f"delete it, or compare into another --out_dir")
@@ -144,13 +149,32 @@ def command(cfg, run_dir):
     return args, False
 
 
+def plan_line(cfg, threads):
+    """One run as a shell command, run from the project's folder by any scheduler (compare.py
+    --plan); it writes only into the run's own folder, as compare.py's own runs do."""
+    return shlex.join([f"OMP_NUM_THREADS={threads}", "python", "train.py"]
+                      + [f"--{k}={v}" for k, v in settings_only(cfg).items()])
+
+
+def trained_elsewhere(cfg, run_dir):
+    """Whether train.py finished this run without compare.py (a --plan command): its log's final
+    line at max_iters, and its checkpoint, of these settings (others are refused)."""
+    ckpt_path = os.path.join(run_dir, "ckpt.pt")
+    final = [r for r in read_log(run_dir) if r["kind"] == "final"]
+    return (bool(final) and final[-1]["iter"] == cfg["max_iters"] and os.path.isfile(ckpt_path)
+            and same_run(cfg, run_dir, data.load_checkpoint(ckpt_path)["config"]))
+
+
 def hardware(device):
-    """'NVIDIA H200, torch ...' or the CPU's model name and core count: where a run trained
-    (device 'auto' as train.py resolves it)."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    """'NVIDIA H200, torch ...' (or '2 x NVIDIA H200', 'Apple MPS') or the CPU's model name and
+    core count: where a run trained (device 'auto' as train.py resolves it)."""
+    device = resolve_device(device)
     if device.startswith("cuda"):
-        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+        count = torch.cuda.device_count() if device == "cuda" else 1
+        return (f"{f'{count} x ' if count > 1 else ''}{torch.cuda.get_device_name(device)}, "
+                f"torch {torch.__version__}")
+    if device == "mps":
+        return f"Apple MPS ({platform.machine()}), torch {torch.__version__}"
     name = platform.processor() or platform.machine()
     if os.path.isfile("/proc/cpuinfo"):
         found = re.search(r"model name\s*:\s*(.+)", open("/proc/cpuinfo").read())
@@ -237,14 +261,25 @@ def why_failed(out_path, start=0):
             else ", with no output")
 
 
-def run_grid(grid, jobs, threads, samples, quiet_reuse=False, left="left", on_progress=None):
+def gpu_ids(count):
+    """The GPUs compare.py spreads its runs over, as CUDA_VISIBLE_DEVICES names them."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return [g.strip() for g in visible.split(",")][:count] if visible else \
+        [str(i) for i in range(count)]
+
+
+def run_grid(grid, jobs, threads, samples, quiet_reuse=False, left="left", on_progress=None,
+             gpus=0):
     """Train every (name, seed, point, cfg) not finished yet, `jobs` at a time, each on
-    `threads` CPU threads (a fixed count: the numbers then do not depend on jobs);
-    returns summaries by key. Each line says how long is left (left: how to say it);
-    on_progress() is called beside the line printed every 30 s (compare's live picture)."""
-    summaries, todo = {}, []
+    `threads` CPU threads (a fixed count: the numbers then do not depend on jobs), and with
+    gpus, each on one GPU (CUDA_VISIBLE_DEVICES), the one running the fewest; returns summaries
+    by key. Each line says how long is left (left: how to say it); on_progress() is called
+    beside the line printed every 30 s (compare's live picture)."""
+    summaries, todo, gpu_of = {}, [], {}
     for key, cfg in grid:
         done = finished(cfg, cfg["out_dir"], threads)
+        if not done and trained_elsewhere(cfg, cfg["out_dir"]):  # by a --plan command
+            done = summarise(cfg, cfg["out_dir"], samples, threads)
         if done:
             if not quiet_reuse:
                 print(f"reusing {cfg['out_dir']} (same settings, finished)")
@@ -274,8 +309,12 @@ def run_grid(grid, jobs, threads, samples, quiet_reuse=False, left="left", on_pr
                   progress([(key, cfg)] + todo, running, timing, jobs, left), flush=True)
             started[key] = (time.time(), last_step(cfg["out_dir"]) if resuming else 0)
             said = time.time()
-            running.append((key, cfg, subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                                       env=env), log))
+            if gpus:  # the GPU running the fewest runs
+                ids = gpu_ids(gpus)
+                gpu_of[key] = min(ids, key=lambda g: sum(gpu_of.get(k) == g for k, *_ in running))
+            running.append((key, cfg, subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT,
+                env={**env, **({"CUDA_VISIBLE_DEVICES": gpu_of[key]} if gpus else {})}), log))
         if running and time.time() - said > 30:  # a word at least every 30 s while runs train
             print("   " + progress(todo, running, timing, jobs, left), flush=True)
             said = time.time()

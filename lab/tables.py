@@ -6,14 +6,15 @@ learning-rate search.
 """
 import json
 import os
+from fractions import Fraction
 
 import numpy as np
 
 import data
 from configurator import plural
 
-from .analysis import (FLOOR, bracketed, lr_range, mixing_by_layer, noise_floor, paired_stats,
-                       size_sweep, vanilla_curve, verdict)
+from .analysis import (FLOOR, bracketed, held_on_every_seed, lr_range, mixing_by_layer,
+                       noise_floor, paired_stats, vanilla_curve, verdict)
 
 
 def fmt_mean(mean, std, n):
@@ -27,24 +28,20 @@ def fmt_interval(stats):
 
 
 def headline(results, info):
-    """The verdict the numbers support, in one computed sentence, ahead of every table."""
+    """The verdict the numbers support, computed, ahead of every table."""
     floor, unit = noise_floor(results), info.get("unit", "token")
-    said_floor = ("" if floor is None else
-                  f" Rounding alone (vanilla with its initial weights nudged one float32 step: "
-                  f"the same run rounded differently, as on another CPU) moved the final loss by "
-                  f"{floor:.4f}: a smaller difference is noise.")
+    floor_runs = len(results.get(FLOOR, {}).get("seeds", []))
     compared = {n: r for n, r in results.items() if r.get("paired") and n != FLOOR}
     if not compared:
         return "**Verdict: nothing to compare with vanilla.**"
     if len(next(iter(compared.values()))["paired"]["differences"]) == 1:
-        # one seed: the differences, and no claim (another seed draws other numbers)
-        return (f"**Verdict: one seed ({info['seeds'][0]}), so no interval and no claim: each "
-                f"difference is one draw; final val loss - vanilla's: " + ", ".join(
-                    f"{n} {r['paired']['mean']:+.3f}" + (
-                        " (within the rounding floor)" if floor is not None
-                        and abs(r["paired"]["mean"]) <= floor else "")
-                    for n, r in compared.items()) + f" (nats per {unit})." + said_floor +
-                " More seeds (--seeds=1337,1338,1339) give an interval.**")
+        return one_seed_verdict(results, compared, info, floor, unit)
+    said_floor = ("" if floor is None else
+                  f" Rounding alone (vanilla with its initial weights nudged one float32 step: "
+                  f"the same run rounded differently, as on another CPU) moved the final loss by "
+                  f"{'up to ' if floor_runs > 1 else ''}{floor:.4f} "
+                  f"({'over ' + plural(floor_runs, 'seed') if floor_runs > 1 else 'one draw'}): "
+                  f"a mean difference smaller than that is no result, whatever its interval.")
     groups = {"lower than vanilla beyond noise": [], "higher than vanilla beyond noise": [],
               "within the rounding floor": [], "not distinguishable from vanilla": []}
     for name, r in compared.items():
@@ -61,6 +58,48 @@ def headline(results, info):
     n = len(next(iter(compared.values()))["paired"]["differences"])
     return (f"**Verdict on {plural(n, 'seed')} (final val loss, nats per {unit}, variant - "
             f"vanilla per seed, 95% interval): " + "; ".join(said) + "." + said_floor + "**")
+
+
+def one_seed_verdict(results, compared, info, floor, unit):
+    """One seed: each difference with where it fell on other seeds (the calibration), what held
+    on every seed, and what rounding alone did, as one draw of it; no claim beyond those."""
+    cal = info.get("calibration") or {}
+    n_cal = len(cal.get("seeds") or [])
+    lines = [f"**Verdict: one seed ({info['seeds'][0]}), so each difference is one draw.** "
+             f"Final val loss - vanilla's (nats per {unit})" + (
+                 f", and where the same difference fell on {n_cal} other seeds ({cal['folder']}, "
+                 f"lowest to highest; another seed's lands inside such a range about "
+                 f"{(n_cal - 1) / (n_cal + 1):.0%} of the time):\n" if n_cal else ":\n")]
+    held, unsettled = [], []
+    for name, r in compared.items():
+        d, seeds = r["paired"]["mean"], r.get("band_seeds")
+        if r.get("band_source") == "seeds":
+            lo, hi = r["band"]
+            lines.append(f"- {name}: {d:+.3f}; on the other seeds {lo:+.3f} to {hi:+.3f}")
+            held += [f"{name}: {h}" for h in held_on_every_seed(r, results["vanilla"])]
+            unsettled += [name] if lo <= 0 <= hi else []
+        else:
+            lines.append(f"- {name}: {d:+.3f}; no other seeds of this setting to show beside it"
+                         f" (another seed can move it much further than rounding does)")
+    base = results["vanilla"]["kv_cache_bytes_per_token"]
+    held += [f"{name}: a KV cache of {r['kv_cache_bytes_per_token']:,} bytes per token against "
+             f"vanilla's {base:,} ({Fraction(r['kv_cache_bytes_per_token'], base)}, exact)"
+             for name, r in compared.items() if r["kv_cache_bytes_per_token"] != base]
+    if n_cal:
+        lines.append(f"\nWhat held on all {n_cal + 1} seeds: " + ("; ".join(held) or "nothing")
+                     + ". " + (f"The final loss of {', '.join(unsettled)} is not settled at "
+                               f"this length: lower on some seeds, higher on others."
+                               if unsettled else ""))
+    elif held:
+        lines.append("\nWhat holds on any seed: " + "; ".join(held) + ".")
+    if floor is not None:
+        lines.append(f"\nRounding alone (vanilla with its initial weights nudged one float32 "
+                     f"step, one draw on this seed) moved the final loss by {floor:.4f}: what "
+                     f"another CPU or thread count does to a run" + (
+                         ", not what another seed does." if n_cal else
+                         ". It is the only band here; another seed moves a difference much "
+                         "further (--calibration, or --seeds=1337,1338,1339 for an interval)."))
+    return "\n".join(lines)
 
 
 def search_table(search, seeds):
@@ -89,7 +128,7 @@ def search_table(search, seeds):
 
 def write_tables(root, results, sweep, info, search=None):
     with data.atomic_write(os.path.join(root, "results.json"), "w") as f:
-        json.dump({"info": info, "modes": results, "sweep": sweep, "size_sweep": size_sweep(sweep),
+        json.dump({"info": info, "modes": results, "sweep": sweep,
                    "vanilla_curve": vanilla_curve(results),
                    "lr_search": {n: {f"{lr:g}": v for lr, v in by_lr.items()}
                                  for n, by_lr in (search or {}).items()}}, f, indent=1)
@@ -214,7 +253,6 @@ def write_tables(root, results, sweep, info, search=None):
                               f"{point_results['vanilla']['val_loss_mean']:.4f} | "
                               f"{r['val_loss_mean']:.4f} | {p['mean']:+.4f} | {fmt_interval(p)} | "
                               f"{p['wins']} of {p['n']} |")
-    md += size_table(sweep)
     with data.atomic_write(os.path.join(root, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
 
@@ -260,36 +298,6 @@ def escape_table(results, info, paired):
             md.append(f"| {name} | " + ", ".join("never" if e is None else str(e[0])
                                                for e in r["escape"]) + " |" +
                       "".join(f" {c} |" for c in cells))
-    return md
-
-
-def size_table(sweep):
-    """A sweep over model sizes: the paper's "fewer parameters" from a fitted curve per variant
-    (analysis.param_saving)."""
-    fits = size_sweep(sweep)
-    sizes = {p["vanilla"]["num_params"] for p in sweep.values() if "vanilla" in p}
-    if not fits and len(sizes) >= 3:  # a size sweep, but too few seeds to fit anything
-        return ["\n## Loss against parameters\n", "Not fitted, and no params.png: the line and "
-                "its interval need 2 or more seeds shared by every point "
-                "(e.g. --seeds=1337,1338).\n"]
-    if not fits:
-        return []
-    sizes = ", ".join(f"{p['vanilla']['num_params']:,}" for p in sweep.values() if "vanilla" in p)
-    md = ["\n## Loss against parameters (the paper's \"fewer parameters\")\n",
-          f"A line loss = a + b ln(params) per variant over vanilla's sizes ({sizes}); the "
-          "saving is read off at the middle size: how many fewer parameters the variant needs "
-          "for vanilla's fitted loss there. Interval: the seeds resampled (bootstrap); none "
-          "unless both curves fall (b < 0) in every resample, and no saving at all where a "
-          "fitted curve does not fall.\n",
-          "| variant | slope b: vanilla | slope b: variant | middle size | fewer parameters "
-          "| 95% interval | both fall in | seeds |", "|---|---|---|---|---|---|---|---|"]
-    for name, f in fits.items():
-        saving = "-" if f["saving"] is None else f"{100 * f['saving']:+.1f}%"
-        interval = ("-" if f["interval"] is None
-                    else f"[{100 * f['interval'][0]:+.1f}%, {100 * f['interval'][1]:+.1f}%]")
-        md.append(f"| {name} | {f['slope_vanilla']:+.4f} | {f['slope_variant']:+.4f} | "
-                  f"{f['middle_params']:,.0f} | {saving} | {interval} | "
-                  f"{100 * f['falling']:.0f}% of resamples | {len(f['seeds'])} |")
     return md
 
 

@@ -1,4 +1,4 @@
-"""README's "Add your own mode", followed to the letter: its three edits to model.py in a copy of
+"""README's "Add your own mode", followed to the letter: its four edits to model.py in a copy of
 the project, and then train.py, sample.py, compare.py and bench.py run the new mode with no other
 file touched."""
 import json
@@ -9,9 +9,12 @@ import sys
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The README's three edits: (the line they go after, or before, in model.py; the lines added).
+# The README's four edits: (the line they go after, or before, or replace, in model.py; the
+# lines added).
 EDITS = [
     ('    "value_embed": "value embeddings",', '    "gated": "gated residual",', "after"),
+    ('MIXING_WEIGHTS = ("value_lambdas", "value_lambda")',
+     'MIXING_WEIGHTS = ("value_lambdas", "value_lambda", "gate")', "replace"),
     ("            self.value_lambda = nn.Parameter(torch.tensor(0.5))",
      '        if config.value_mode == "gated" and layer_idx > 0:\n'
      "            self.gate = nn.Parameter(torch.zeros(()))", "after"),
@@ -44,7 +47,7 @@ def follow_the_readme(project):
     for anchor, added, where in EDITS:
         assert source.count(anchor) == 1, anchor
         source = source.replace(anchor, f"{anchor}\n{added}" if where == "after"
-                                else f"{added}\n{anchor}")
+                                else added if where == "replace" else f"{added}\n{anchor}")
     (project / "model.py").write_text(source)
 
 

@@ -1,6 +1,6 @@
-"""The GPU peak table (bench.py, behind its MFU column) and the lock on a training run's folder
-(train.training_run: fcntl.flock on out_dir itself, no lock file; checkpoints are tested through
-train.py in test_train.py). The old shards.hold_lock and its train.lock file are gone."""
+"""The GPU peak table (configurator.py, behind the MFU of train.py's log and bench.py's column)
+and the lock on a training run's folder (train.locked: fcntl.flock on out_dir itself, no lock
+file; checkpoints are tested through train.py in test_train.py)."""
 import os
 import signal
 import subprocess
@@ -10,7 +10,7 @@ import pytest
 
 import configurator
 import train
-from bench import gpu_peak_flops
+from configurator import gpu_peak_flops
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
@@ -27,26 +27,26 @@ def test_gpu_peak_lookup():
 
 
 def run_cfg(out_dir):
-    return configurator.defaults(train.SETTINGS, out_dir=str(out_dir))
+    return str(out_dir)
 
 
 def test_a_run_folder_is_locked_while_its_run_is_open(tmp_path):
-    """A second training_run on the same out_dir is refused (one line naming the folder) while
+    """A second locked() on the same out_dir is refused (one line naming the folder) while
     the first is open, and allowed after; the lock leaves no file behind."""
     out = tmp_path / "run"
-    with train.training_run(run_cfg(out), 0) as ckpt:
-        assert ckpt is None and os.path.isdir(out)  # made, nothing to resume
+    with train.locked(run_cfg(out), 0):
+        assert os.path.isdir(out)  # made
         with pytest.raises(configurator.ConfigError) as e:
-            with train.training_run(run_cfg(out), 0):
+            with train.locked(run_cfg(out), 0):
                 pass
         assert str(e.value).startswith(f"{out} is in use by another training run")
         assert "\n" not in str(e.value)
         # torchrun's other processes share rank 0's folder: they take no lock
-        with train.training_run(run_cfg(out), 1):
+        with train.locked(run_cfg(out), 1):
             pass
-        with train.training_run(run_cfg(tmp_path / "other"), 0):  # another folder: its own lock
+        with train.locked(run_cfg(tmp_path / "other"), 0):  # another folder: its own lock
             pass
-    with train.training_run(run_cfg(out), 0):  # free again
+    with train.locked(run_cfg(out), 0):  # free again
         pass
     assert os.listdir(out) == []
 
@@ -54,9 +54,9 @@ def test_a_run_folder_is_locked_while_its_run_is_open(tmp_path):
 def test_the_lock_is_released_when_the_run_fails(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        with train.training_run(run_cfg(out), 0):
+        with train.locked(run_cfg(out), 0):
             raise KeyboardInterrupt  # Ctrl-C in the middle of a run
-    with train.training_run(run_cfg(out), 0):
+    with train.locked(run_cfg(out), 0):
         pass
     assert os.listdir(out) == []
 
@@ -64,7 +64,7 @@ def test_the_lock_is_released_when_the_run_fails(tmp_path):
 HOLDER = """
 import sys, time
 import configurator, train
-run = train.training_run(configurator.defaults(train.SETTINGS, out_dir=sys.argv[1]), 0)
+run = train.locked(sys.argv[1], 0)
 run.__enter__()
 print("holding", flush=True)
 time.sleep(120)
@@ -80,11 +80,11 @@ def test_another_process_holds_the_lock_until_it_dies(tmp_path):
     try:
         assert holder.stdout.readline() == "holding\n"
         with pytest.raises(configurator.ConfigError, match="in use by another training run"):
-            with train.training_run(run_cfg(out), 0):
+            with train.locked(run_cfg(out), 0):
                 pass
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=30)
-    with train.training_run(run_cfg(out), 0):
+    with train.locked(run_cfg(out), 0):
         pass
     assert os.listdir(out) == []

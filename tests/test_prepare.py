@@ -123,10 +123,12 @@ def test_header_and_meta(tmp_path):
 
 
 def test_big_vocab_uses_uint32(tmp_path):
-    """Vocabularies over 65,536 ids: version 2, uint32 tokens."""
+    """Vocabularies over 65,536 ids: uint32 tokens under llm.c's own uint32 header (its
+    dev/data/data_common.py, "llama-3": magic 20240801, version 7), so llm.c reads ours and we
+    read its shards."""
     path = str(tmp_path / "x_train_000000.bin")
     data.write_shard(path, [0, 70_000, 99_999], vocab_size=100_000)
-    assert list(np.fromfile(path, dtype="<i4", count=3)) == [20240520, 2, 3]
+    assert list(np.fromfile(path, dtype="<i4", count=3)) == [20240801, 7, 3]
     t = data.read_shard(path, vocab_size=100_000)
     assert t.dtype == np.uint32 and list(t) == [0, 70_000, 99_999]
 

@@ -29,16 +29,15 @@ BYTE_TOKENIZER = {"tokenizer": "byte", "vocab_size": 257, "eot": 256}
 SEPARATOR = "\n---------------\n"  # what sample.py prints after each sample
 
 
-def make_checkpoint(out_dir, value_mode="vanilla", compiled=False, **overrides):
+def make_checkpoint(out_dir, value_mode="vanilla", **overrides):
     """A checkpoint of a randomly initialised tiny model, in train.py's format, without training."""
     torch.manual_seed(0)
     model_args = dict(GPTConfig(**{**TINY, **overrides, "value_mode": value_mode}).__dict__)
     state = GPT(GPTConfig(**model_args)).state_dict()
-    if compiled:  # what a torch.compile'd model's state dict looks like
-        state = {"_orig_mod." + k: v for k, v in state.items()}
     os.makedirs(out_dir, exist_ok=True)
     torch.save({"format": data.CHECKPOINT_FORMAT, "model": state, "model_args": model_args,
                 "tokenizer": BYTE_TOKENIZER, "iter_num": 0, "best_val_loss": float("inf"),
+                "val_loss": 5.5,
                 "config": {"dataset": os.path.join(str(out_dir), "no-data"), "max_iters": 0},
                 "data": None}, os.path.join(out_dir, "ckpt.pt"))
     return str(out_dir)
@@ -91,10 +90,13 @@ def test_trained_checkpoint_streams_repeatable_samples(trained):
     assert all(len(t) == 20 for t in r1["tokens"])
     assert r1["tokens"][0] != r1["tokens"][1]  # one seed per run, not per sample
     assert "tokens/s" in err1 and "tokens/s" not in out1  # the report stays off stdout
-    # it says what it loaded: the checkpoint, its mode and step, its val loss
-    best = data.load_checkpoint(os.path.join(trained, "ckpt.pt"))["best_val_loss"]
+    # it says what it loaded: the checkpoint, its mode and step, that step's val loss (not the
+    # best one: the checkpoint is the last step's)
+    ckpt = data.load_checkpoint(os.path.join(trained, "ckpt.pt"))
+    evals = [json.loads(line) for line in open(os.path.join(trained, "log.jsonl"))]
+    assert ckpt["val_loss"] == [r for r in evals if r["kind"] == "eval"][-1]["val_loss"]
     assert err1.startswith(f"loaded {trained}/ckpt.pt: resformer, step 2, "
-                           f"best val loss {best:.4f} (fixed-window estimate)\n")
+                           f"val loss {ckpt['val_loss']:.4f} there (fixed-window estimate)\n")
 
 
 @pytest.mark.parametrize("value_mode", VALUE_MODES)
@@ -111,8 +113,8 @@ def test_cached_and_uncached_greedy_agree(tmp_path, value_mode):
     assert cached.startswith("hello") and "cache off" in err and "cache on" in err_cached
 
 
-def test_file_prompt_same_as_inline_and_compiled_prefix(tmp_path):
-    out_dir = make_checkpoint(tmp_path / "out", compiled=True)  # _orig_mod. keys load too
+def test_file_prompt_same_as_inline(tmp_path):
+    out_dir = make_checkpoint(tmp_path / "out")
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("JULIET:\n", encoding="utf-8")
     from_file, _, r_file = run(out_dir, f"--start=FILE:{prompt}", "--num_samples=1",
@@ -180,7 +182,12 @@ def test_streamed_text_joins_characters_split_across_tokens(tmp_path, monkeypatc
     assert out == prompt + generated + "\u00e9" + SEPARATOR
     assert result["tokens"] == [new]
     assert not any("\ufffd" in piece for piece in writes.pieces)
-    assert "\u2014" in writes.pieces  # streamed as a whole character, once its 3 bytes were in
+    # 16 tokens at a time (one wait for the device each, never one per token); a character cut
+    # by the 16th token is held back until its last bytes arrive with the next 16
+    fake_generation(monkeypatch, list(b"x" * 15) + list("\u2014".encode()))
+    writes = Writes()
+    run(out_dir, "--start=>", "--num_samples=1", "--max_new_tokens=18", out=writes)
+    assert [piece for piece in writes.pieces if piece][:3] == [">", "x" * 15, "\u2014"]
     # bytes that never make a character are not held back for ever: each shows as U+FFFD
     fake_generation(monkeypatch, [0xFF] * 20)
     out, _, _ = run(out_dir, "--start=x", "--num_samples=1", "--max_new_tokens=20")
@@ -405,3 +412,23 @@ def test_nothing_in_the_product_refers_to_the_shared_folder():
     for name in product:
         text = open(os.path.join(HERE, name), encoding="utf-8").read()
         assert "../shared" not in text and "shared/tools" not in text, name
+
+
+def test_sampling_reads_the_device_16_tokens_at_a_time_and_says_when_it_recomputes(
+        tmp_path, monkeypatch):
+    """sample.py used to call .item() on every token, a GPU sync each; now the stream copies
+    16 tokens at a time. Past block_size every token recomputes the whole (cropped) context,
+    and sample.py says so instead of slowing down in silence."""
+    out_dir = make_checkpoint(tmp_path)
+    reads = []
+    real_tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "item", lambda self: pytest.fail("a read per token"))
+    monkeypatch.setattr(torch.Tensor, "tolist",
+                        lambda self: reads.append(self.numel()) or real_tolist(self))
+    _, err, result = run(out_dir, "--start=ab", "--num_samples=1", "--max_new_tokens=40")
+    assert len(result["tokens"][0]) == 40
+    assert [n for n in reads if n > 1][:3] == [16, 16, 8]  # the stream's copies
+    assert "past 16 tokens (block_size: the learned positions end there) every new token " \
+           "recomputes the last 16" in err
+    _, err, _ = run(out_dir, "--start=ab", "--num_samples=1", "--max_new_tokens=10")
+    assert "recomputes" not in err

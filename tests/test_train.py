@@ -477,8 +477,8 @@ import os, sys, torch
 sys.path.insert(0, {here!r})
 import configurator, train
 drawn, real_next = [], train.Batches.next
-def recording_next(self, device="cpu"):  # training batches only: the fixed ones are seeded 1234
-    x, y = real_next(self, device)
+def recording_next(self):  # training batches only: the fixed ones are seeded 1234
+    x, y = real_next(self)
     if self.seed != 1234:
         drawn.append(x)
     return x, y
@@ -576,16 +576,41 @@ def test_torchrun_ctrl_c_then_resume_equals_uninterrupted_run(data_dir, torchrun
 
 def test_torchrun_accumulation_that_does_not_divide_is_a_one_line_error(data_dir, tmp_path):
     """An explicit gradient_accumulation_steps is the total over the processes (the runs above
-    give 2: one each); 3 cannot be shared by 2. Each process says the same one line."""
+    give 2: one each); 3 cannot be shared by 2. Every process meets the mistake, rank 0 alone
+    says it: one line, never two interleaved (which made this test fail 1 run in 3)."""
     returncode, stdout, stderr = run_torchrun("train.py", f"--dataset={data_dir}",
                                               f"--out_dir={tmp_path / 'out'}", "--device=cpu",
                                               "--gradient_accumulation_steps=3")
     assert returncode != 0 and "Traceback" not in stdout
-    # Both processes write the line to the one stderr pipe, and a line and its newline are two
-    # writes, so the two can interleave ("error: ...error: ...\n\n"): split at each "error: ".
-    errors = [piece.splitlines()[0] for piece in re.split(r"(?=error: )", stderr)
-              if piece.startswith("error: ")]
-    assert errors and set(errors) == {"error: --gradient_accumulation_steps=3 is the total over all "
-                           "processes: it must divide by their number (2); 0 is one micro-step "
-                           "per process"}
+    errors = [line for line in stderr.splitlines() if "error: " in line]
+    assert errors == ["error: --gradient_accumulation_steps=3 is the total over all processes: "
+                      "it must divide by their number (2); 0 is one micro-step per process"]
     assert not (tmp_path / "out").exists()
+
+
+def test_each_process_draws_its_own_stream_which_no_plain_seed_repeats():
+    """Batches were seeded seed + rank, so rank 1 of seed s replayed a plain run of seed s + 1.
+    Rank 0 keeps the seed itself (a one-process run is unchanged)."""
+    assert train.rank_seed(1337, 0) == 1337
+    others = [train.rank_seed(1337, r) for r in (1, 2, 3)]
+    assert len(set(others)) == 3 and not set(others) & set(range(1337 - 100, 1337 + 100))
+    assert all(0 <= s < 2**63 for s in others) and train.rank_seed(1338, 1) not in others
+
+
+def test_batches_reach_a_gpu_from_pinned_memory_the_same_tokens(monkeypatch):
+    """On CUDA the batch is copied from pinned memory without blocking (nanoGPT's way); the
+    tokens are those the CPU run draws, bit for bit. (No GPU here: pin_memory and the copy are
+    stand-ins that record their calls.)"""
+    shards = [np.arange(1000, dtype=np.uint16) % 97]
+    cfg = SimpleNamespace(batch_size=4, block_size=8)
+    on_cpu = train.Batches(shards, cfg, 5, "train")
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append("pin") or self)
+    real_to = torch.Tensor.to
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: calls.append((a, k)) or (
+        self if a[:1] == ("cuda:0",) else real_to(self, *a, **k)))
+    on_gpu = train.Batches(shards, cfg, 5, "train", device="cuda:0")
+    for _ in range(3):
+        assert all(torch.equal(a, b) for a, b in zip(on_cpu.next(), on_gpu.next()))
+    assert calls.count("pin") == 3
+    assert calls.count((("cuda:0",), {"non_blocking": True})) == 3

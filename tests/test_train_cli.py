@@ -213,7 +213,8 @@ def test_an_impossible_value_on_the_command_line_is_one_line(tmp_path):
     ("--max_iter=10", "error: unknown setting max_iter for train.py (did you mean max_iters?)"),
     ("--min_lr=0.1", "error: --min_lr=0.1: must be at most learning_rate (0.003)"),
     ("--n_embd=30", "error: n_embd (30) must be divisible by n_head (4)"),
-    ("--learnable_lambda", "error: learnable_lambda only applies to value_mode='resformer'"),
+    ("--learnable_lambda", "error: lambda_1, lambda_2 and learnable_lambda only apply to "
+                           "value_mode='resformer'"),
 ])
 def test_setting_mistakes_are_one_line_errors(arg, message, data_dir, tmp_path, monkeypatch,
                                               capsys):
