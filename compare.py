@@ -53,7 +53,6 @@ COMPARE_SETTINGS = dict(
     less_data=(0.0,
         "also train ResFormer on this share of the tokens (its own schedule), e.g. 0.85; 0 = off",
         between(0.0, 0.999)),
-    sweep=("", "comma-separated sets of settings (key=value:key=value) to run every mode at"),
     jobs=(0, "runs side by side (0 = the CPU cores / threads; on GPUs, one per GPU; on MPS 1); "
              "on GPUs the runs are spread over them", COUNT),
     plan=(False, "print each run's shell command (from this folder) and train nothing: run them "
@@ -179,7 +178,7 @@ def build_grid(cfg, modes, seeds, points, root):
     return grid
 
 
-def with_floor(grid, cfg, modes, seeds, points, root):
+def with_floor(grid, cfg, modes, seeds, root):
     """The grid and, on the first noise_floor seeds, vanilla again with only its rounding changed
     (its initial weights nudged one float32 step: train.py --nudge), each beside its seed's runs:
     how far rounding alone moves a run, the noise floor of every difference."""
@@ -190,8 +189,7 @@ def with_floor(grid, cfg, modes, seeds, points, root):
         floor_grid = at_lr(build_grid(cfg, floor, seeds[:cfg["noise_floor"]], [("", {})], root),
                            root)
     else:
-        floor_grid = build_grid(cfg, floor, seeds[:cfg["noise_floor"]], points or [("", {})],
-                                root)
+        floor_grid = build_grid(cfg, floor, seeds[:cfg["noise_floor"]], [("", {})], root)
     return sorted(grid + floor_grid, key=lambda item: seeds.index(item[0][1]))
 
 
@@ -387,7 +385,7 @@ def main(argv):
         argv = [DEFAULT_PRESET] + list(argv)  # no preset named: the comparison preset
     refuse_train_only(argv)
     cfg = vars(parse_args(SETTINGS, argv, USAGE, "compare.py"))
-    modes, seeds, points, gaps = checked(cfg)
+    modes, seeds, gaps = checked(cfg)
     device = resolve_device(cfg["device"])
     gpus = torch.cuda.device_count() if device == "cuda" else 0  # cuda:N: that one GPU alone
     jobs = cfg["jobs"] or (gpus or 1 if device.startswith(("cuda", "mps"))
@@ -404,7 +402,7 @@ def main(argv):
     if not drawing and not cfg["plan"]:  # without matplotlib, said now: a search takes hours
         print("pictures: matplotlib is not installed (pip install matplotlib): results.md only",
               flush=True)
-    t_start, search, best = time.time(), None, None
+    t_start, search, best, points = time.time(), None, None, []
     if cfg["tune"]:
         search, interrupted, failed = search_lrs(cfg, modes, root, jobs, cfg["analysis_samples"])
         if interrupted or failed:
@@ -422,8 +420,8 @@ def main(argv):
         grid, modes, points = tuned_grid(cfg, modes, seeds, root, best)
     else:
         modes = add_less_data(own_lrs(modes, cfg), cfg)
-        grid = build_grid(cfg, modes, seeds, points or [("", {})], root)
-    grid = with_floor(grid, cfg, modes, seeds, points, root)
+        grid = build_grid(cfg, modes, seeds, [("", {})], root)
+    grid = with_floor(grid, cfg, modes, seeds, root)
     unique = {}  # a run two protocols share (vanilla at its best lr) trains once
     for key, run in grid:
         unique.setdefault(run["out_dir"], (key, run))
@@ -433,7 +431,7 @@ def main(argv):
                 print(plan_line(run, cfg["threads"]))
         return 0
     spread = f" over {plural(gpus, 'GPU')}" if gpus else ""
-    print(f"{plural(len(unique), 'run')} ({shape(unique, modes, seeds, points, cfg)}), "
+    print(f"{plural(len(unique), 'run')} ({shape(unique, modes, seeds, cfg)}), "
           f"{jobs} at a time{spread}, {plural(cfg['threads'], 'thread')} each, in {root}",
           flush=True)
     calibration = calibrated(cfg, modes, seeds) if cfg["calibration"] else None
@@ -451,10 +449,8 @@ def main(argv):
     summaries = {key: done[unique[run["out_dir"]][0]] for key, run in grid
                  if unique[run["out_dir"]][0] in done}
     names = [n for n, _ in modes] + [FLOOR]  # (the floor: only where it was trained)
-    results = per_mode(summaries, names, seeds, "" if cfg["tune"] or not points else points[0][0],
-                       cfg["escape_loss"], gaps)
-    sweep = ({p: per_mode(summaries, names, seeds, p, cfg["escape_loss"], gaps)
-              for p, _ in points} if points else {})
+    results = per_mode(summaries, names, seeds, "", cfg["escape_loss"], gaps)
+    paper = per_mode(summaries, names, seeds, points[0][0], 0.0, ()) if points else {}
     for name, r in results.items():  # the data-efficiency variant and the floor say what they are
         if plots.note(name, cfg["less_data"]):
             r["note"] = plots.note(name, cfg["less_data"])
@@ -470,20 +466,15 @@ def main(argv):
             "escape_loss": cfg["escape_loss"], "unit": unit,
             "calibration": calibration and {k: calibration[k] for k in ("folder", "seeds",
                                                                          "command", "unused")}}
-    if not search:  # what every table describes: each variant's peak lr, and which point
-        first = points[0][1] if points else {}  # (a variant's own settings win over a point's)
-        info["peak_lrs"] = {n: o.get("learning_rate", first.get("learning_rate",
-                                                                cfg["learning_rate"]))
-                            for n, o in modes}
-        info["point"] = points[0][0] if points else None
+    if not search:  # what every table describes: each variant's peak lr
+        info["peak_lrs"] = {n: o.get("learning_rate", cfg["learning_rate"]) for n, o in modes}
         named = [item.rpartition("=")[0] for item in parse_list(cfg["lrs"])]
         info["own_lrs"] = [n for n, _ in modes if n in named]  # those --lrs gave their own lr
     if search:
         info.update(tune_seeds=parse_seeds(cfg["tune_seeds"], "tune_seeds"), best_lrs=best)
-    tables.write_tables(root, results, sweep, info, search)
-    pictures = plots.write_all(root, results, sweep,
-                               attention_map_data(grid, summaries, list(results)), search,
-                               cfg["escape_loss"], unit=unit)
+    tables.write_tables(root, results, paper, info, search)
+    pictures = plots.write_all(root, results, attention_map_data(grid, summaries, list(results)),
+                               search, cfg["escape_loss"], unit=unit)
     print(open(os.path.join(root, "results.md")).read())
     print("wrote " + ", ".join([os.path.join(root, "results.md"),
                                 os.path.join(root, "results.json")] + pictures))
@@ -491,11 +482,9 @@ def main(argv):
 
 
 def checked(cfg):
-    """(modes, seeds, sweep points, gap steps) from the settings, each mistake refused in one
-    line before any data work or training."""
+    """(modes, seeds, gap steps) from the settings, each mistake refused in one line before any
+    data work or training."""
     modes, seeds = parse_modes(cfg["modes"]), parse_seeds(cfg["seeds"])
-    points = [(p.replace(":", "_"), parse_overrides(p, f"--sweep point {p!r}"))
-              for p in parse_list(cfg["sweep"])]
     gaps = parse_list(cfg["gap_steps"], int) or [  # evaluated steps only
         int(cfg["max_iters"] * f) // cfg["eval_interval"] * cfg["eval_interval"]
         for f in (0.25, 0.5, 0.75)] + [cfg["max_iters"]]
@@ -503,9 +492,6 @@ def checked(cfg):
         raise ConfigError(f"--gap_steps={cfg['gap_steps']}: the loss is measured every "
                           f"eval_interval={cfg['eval_interval']} steps and at max_iters; "
                           f"give steps among those")
-    if cfg["tune"] and points:
-        raise ConfigError("--tune and --sweep do not combine: search each sweep point's "
-                          "learning rates with its own --tune run (its settings as overrides)")
     if cfg["tune"] and cfg["plan"]:
         raise ConfigError("--plan lists a fixed grid, and --tune's search grows round by round: "
                           "run the search with compare.py itself")
@@ -514,15 +500,14 @@ def checked(cfg):
     if cfg["noise_floor"] > len(seeds):
         raise ConfigError(f"--noise_floor={cfg['noise_floor']}: the floor is trained on that many "
                           f"of the seeds, and --seeds names {len(seeds)}")
-    return modes, seeds, points, gaps
+    return modes, seeds, gaps
 
 
-def shape(unique, modes, seeds, points, cfg):
+def shape(unique, modes, seeds, cfg):
     """'3 variants x 1 seed, and vanilla nudged on 1 seed: the noise floor': what is trained."""
     floors = sum(1 for (name, _, _), _ in unique.values() if name == FLOOR)
-    fair = len(modes) * len(seeds) * (1 if cfg["tune"] else max(len(points), 1))
+    fair = len(modes) * len(seeds)
     return (f"{plural(len(modes), 'variant')} x {plural(len(seeds), 'seed')}"
-            + (f" x {plural(len(points), 'point')}" if points and not cfg["tune"] else "")
             + (" at their own best lr" if cfg["tune"] else "")
             + (f", and {len(unique) - fair - floors} at vanilla's best lr: the paper's protocol"
                if len(unique) > fair + floors else "")

@@ -1,9 +1,8 @@
 """
 Pictures for compare.py (matplotlib, optional): loss curves with the difference to vanilla,
-attention entropy and token similarity per layer, learned lambdas, a sweep, loss against model
-size, attention maps.
+attention entropy and token similarity per layer, learned lambdas, loss against model size,
+attention maps.
 """
-import json
 import os
 import textwrap
 
@@ -99,18 +98,12 @@ def token_units(x, _=None):
     return f"{x:.0f}"
 
 
-def tokens_axis(ax):
-    from matplotlib.ticker import FuncFormatter
-    ax.xaxis.set_major_formatter(FuncFormatter(token_units))
-    ax.set_xlabel("training tokens")
-
-
 def layer_axis(plt, ax, n_layer):
     ax.set_xlabel("layer")
     ax.set_xticks(range(1, n_layer + 1))
 
 
-def write_all(root, results, sweep, maps, search=None, escape_loss=0.0, unit="token"):
+def write_all(root, results, maps, search=None, escape_loss=0.0, unit="token"):
     """Every picture compare.py makes; returns the paths written. unit: what the loss is per
     (nats per "byte" for the byte tokenizer, else per "token"). The noise floor's runs
     (analysis.FLOOR: vanilla again) are the grey band of the difference panels, not a variant."""
@@ -154,9 +147,6 @@ def write_all(root, results, sweep, maps, search=None, escape_loss=0.0, unit="to
         layer_axis(plt, ax, max(max(b) for k in learned.values() for b in k.values()))
         ax.set(ylabel="learned value", title="Learned mixing weights by layer (mean over seeds)")
         written.append(save(plt, fig, os.path.join(root, "mixing.png")))
-    paired = any("paired" in r for p in sweep.values() for r in p.values())
-    if paired and not search:  # under --tune the one "point" is the paper's protocol: a table
-        written.append(sweep_figure(plt, root, sweep, unit))
     if vanilla_curve(results):
         written.append(curve_figure(plt, root, results, unit))
     if maps:
@@ -321,7 +311,7 @@ def live_loss(root, grid, escape_loss=0.0, unit="token", less_data=0.0, calibrat
     plt = pyplot(quiet=True)
     runs, per_step = {}, None
     for (name, seed, point), cfg in grid:
-        if point != grid[0][0][2]:  # a sweep: its first point, as the final picture
+        if point:  # --tune's paper protocol: the final picture has the variants' own lrs only
             continue
         log = read_log(cfg["out_dir"])
         evals = [r for r in log if r["kind"] == "eval"]
@@ -375,54 +365,6 @@ def lr_figure(plt, root, search, unit="token"):
            ylabel=f"final val loss (nats per {unit},\nwhole split)",
            title="Learning-rate search: each variant's U-curve")
     return save(plt, fig, os.path.join(root, "lr_search.png"))
-
-
-def point_label(point):
-    """'learning_rate=2e-3_min_lr=2e-4' -> one setting per line (a piece without '=' is part of
-    the next key: the folder name joined settings with '_')."""
-    lines, key = [], []
-    for piece in point.split("_"):
-        key.append(piece)
-        if "=" in piece:
-            lines.append("_".join(key))
-            key = []
-    return "\n".join(lines + (["_".join(key)] if key else []))
-
-
-def sweep_figure(plt, root, sweep, unit="token"):
-    """Paired difference to vanilla at each sweep point: each seed as a dot, the mean as a line,
-    and the 95% interval where there are 3 seeds or more (with 2 it spans t = 12.7 errors); the
-    noise floor (analysis.FLOOR's runs) as a grey band around 0 at the points that have it."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    points = list(sweep)
-    names = sorted({n for p in sweep.values() for n, r in p.items()
-                    if "paired" in r and n != FLOOR})
-    for i, point in enumerate(points):  # the largest |nudged - vanilla| over the floor's seeds
-        floor = sweep[point].get(FLOOR, {}).get("paired")
-        if floor:
-            half = max(abs(d) for d in floor["differences"])
-            ax.fill_between([i - 0.3, i + 0.3], -half, half, color="0.55", alpha=0.35, lw=0,
-                            label=None if any(c.get_label() == FLOOR_LABEL
-                                              for c in ax.collections) else FLOOR_LABEL)
-    for k, name in enumerate(names):
-        xs, means, errs = [], [], []
-        for i, point in enumerate(points):
-            r = sweep[point].get(name)
-            if r and "paired" in r:
-                p = r["paired"]
-                x = i + 0.08 * k
-                xs.append(x)
-                means.append(p["mean"])
-                errs.append(p["interval"][1] - p["mean"] if p["n"] >= 3 else 0)
-                ax.scatter([x] * p["n"], p["differences"], s=12, color=f"C{k}", alpha=0.5)
-        ax.errorbar(xs, means, yerr=errs, marker="o", capsize=3, color=f"C{k}", lw=LINE,
-                    label=f"{name} (dots: seeds; line: mean)")
-    ax.axhline(0, color="black", lw=0.8)
-    ax.set_xticks(range(len(points)))
-    ax.set_xticklabels([point_label(p) for p in points], fontsize=SMALL)
-    ax.set(ylabel=f"val loss minus vanilla\n(nats per {unit}; below 0 = better)",
-           title="Gain over vanilla across the sweep")
-    return save(plt, fig, os.path.join(root, "sweep.png"))
 
 
 def curve_figure(plt, root, results, unit="token"):

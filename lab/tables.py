@@ -1,7 +1,7 @@
 """
 Tables for compare.py: results.md (what a reader sees) and results.json (everything, for
 re-analysis): the paired comparison, the in-run crossing, cache bytes and speed, attention entropy
-and token similarity per layer, learned mixing weights, a sweep or the paper's protocol, and the
+and token similarity per layer, learned mixing weights, the paper's protocol, and the
 learning-rate search.
 """
 import json
@@ -126,41 +126,39 @@ def search_table(search, seeds):
     return md
 
 
-def write_tables(root, results, sweep, info, search=None):
+def lr_said(info, search):
+    """Which peak learning rate each variant trained at, and where it came from."""
+    if search:
+        return ("Each variant at its own best peak learning rate (" +
+                ", ".join(f"{n} {lr:g}" for n, lr in info["best_lrs"].items()) +
+                f"), found on the search seeds {info['tune_seeds']}; the search is below.\n")
+    lrs, named = info["peak_lrs"], info.get("own_lrs", [])
+    others = [n for n in lrs if n not in named]
+    source = ("" if not named else " (all named by --lrs)" if not others else
+              f" (named by --lrs for {', '.join(named)}; {', '.join(others)} at the preset's "
+              f"learning_rate)")
+    if len(set(lrs.values())) == 1:
+        return (f"Every variant at the same peak learning rate, {next(iter(lrs.values())):g}"
+                f"{source}: the paper's protocol.\n")
+    return ("Each variant at its own peak learning rate (" +
+            ", ".join(f"{n} {lr:g}" for n, lr in lrs.items()) + f"){source}.\n")
+
+
+def write_tables(root, results, paper, info, search=None):
+    """results.json (everything) and results.md (what a reader sees); paper: under --tune,
+    every variant at vanilla's best lr (the paper's protocol), as per_mode's results."""
     with data.atomic_write(os.path.join(root, "results.json"), "w") as f:
-        json.dump({"info": info, "modes": results, "sweep": sweep,
+        json.dump({"info": info, "modes": results, "paper_protocol": paper,
                    "vanilla_curve": vanilla_curve(results),
                    "lr_search": {n: {f"{lr:g}": v for lr, v in by_lr.items()}
                                  for n, by_lr in (search or {}).items()}}, f, indent=1)
     reused = (f" ({info['reused']} of {plural(info['runs'], 'run')} reused)" if info["reused"]
               else "")
-    tuned = ("" if not search else
-             "Each variant at its own best peak learning rate (" +
-             ", ".join(f"{n} {lr:g}" for n, lr in info["best_lrs"].items()) +
-             f"), found on the search seeds {info['tune_seeds']}; the search is below.\n")
-    if "peak_lrs" in info and len(set(info["peak_lrs"].values())) == 1:
-        shared = next(iter(info["peak_lrs"].values()))
-        tuned = (f"Every variant at the same peak learning rate, {shared:g} (named per variant "
-                 f"by --lrs; equal here, so this is also the paper's protocol).\n"
-                 if info.get("own_lrs") else
-                 f"Every variant at one shared peak learning rate, {shared:g} "
-                 f"(the paper's protocol).\n")
-    elif "peak_lrs" in info:  # --lrs: each at its own peak lr, from an earlier --tune
-        tuned = ("Each variant at its own peak learning rate (" + ", ".join(
-            f"{n} {lr:g}" for n, lr in info["peak_lrs"].items()) + "; --lrs).\n")
-    if info.get("point"):
-        tuned += (f"\nThe tables and pictures before the sweep's describe its first point, "
-                  f"`{info['point']}`; the sweep table at the end has every point.\n")
     paired = "vanilla" in results  # without vanilla there is nothing to pair with
-    per_point = [f"- {point}: {headline(r, info).strip('*').removeprefix('Verdict').lstrip(': ')}"
-                 for point, r in sweep.items() if "vanilla" in r]
-    verdicts = ([headline(results, info), ""] if paired and not sweep else
-                ["**Verdict at each sweep point** (the tables below describe the first):\n",
-                 *per_point, ""] if per_point else [])
-    md = ["# Value residual comparison\n"] + verdicts + [
+    md = ["# Value residual comparison\n"] + ([headline(results, info), ""] if paired else []) + [
           f"`{info['command']}` — {info['hardware']}, {plural(info['jobs'], 'run')} side "
           f"by side, {plural(info.get('threads', 1), 'thread')} each, "
-          f"{info['wall_min']:.1f} min{reused}{trained_on(info)}\n", tuned,
+          f"{info['wall_min']:.1f} min{reused}{trained_on(info)}\n", lr_said(info, search),
           f"Final val loss = the whole validation split, every token once. Seeds {info['seeds']}: "
           f"same seed = same initial weights' RNG and the same batches in every mode." +
           (" Paired difference = variant - vanilla per seed; "
@@ -233,26 +231,14 @@ def write_tables(root, results, sweep, info, search=None):
                    for layer, v in sorted(by_layer.items())]
     if search:
         md += search_table(search, info["tune_seeds"])
-    if sweep and not paired:
-        md += ["\n## Sweep: val loss at each point (no vanilla to compare with)\n",
-               "| point | variant | val loss (mean ± std) |", "|---|---|---|"]
-        md += [f"| {point} | {name} | "
-               f"{fmt_mean(r['val_loss_mean'], r['val_loss_std'], len(r['seeds']))} |"
-               for point, point_results in sweep.items() for name, r in point_results.items()]
-    elif sweep:
-        md += ["\n## The paper's protocol: every variant at vanilla's best learning rate\n"
-               if search else "\n## Sweep: paired difference to vanilla at each point\n",
-               "| point | variant | vanilla val loss | variant val loss | mean diff | 95% interval "
-               "| wins |",
-               "|---|---|---|---|---|---|---|"]
-        for point, point_results in sweep.items():
-            for name, r in point_results.items():
-                if "paired" in r:
-                    p = r["paired"]
-                    md.append(f"| {point} | {name} | "
-                              f"{point_results['vanilla']['val_loss_mean']:.4f} | "
-                              f"{r['val_loss_mean']:.4f} | {p['mean']:+.4f} | {fmt_interval(p)} | "
-                              f"{p['wins']} of {p['n']} |")
+    if paper and "vanilla" in paper:
+        md += ["\n## The paper's protocol: every variant at vanilla's best learning rate\n",
+               "| variant | vanilla val loss | variant val loss | mean diff | 95% interval | wins |",
+               "|---|---|---|---|---|---|"]
+        md += [f"| {name} | {paper['vanilla']['val_loss_mean']:.4f} | {r['val_loss_mean']:.4f} | "
+               f"{r['paired']['mean']:+.4f} | {fmt_interval(r['paired'])} | "
+               f"{r['paired']['wins']} of {r['paired']['n']} |"
+               for name, r in paper.items() if "paired" in r]
     with data.atomic_write(os.path.join(root, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
 

@@ -449,50 +449,6 @@ def test_paired_statistics_on_known_numbers():
     assert analysis.t975(1) == 12.706 and analysis.t975(1000) == pytest.approx(1.9623, abs=1e-3)
 
 
-def made_up_size_sweep(bigger, noise=0.01, seeds=(1, 2, 3, 4, 5)):
-    """A sweep over 4 sizes where ResFormer's loss is vanilla's at `bigger` times the size
-    (loss = 5 - 0.2 ln N), and an SVFormer whose loss does not fall with size."""
-    rng = np.random.default_rng(0)
-    sweep = {}
-    for n_layer, n in zip((2, 4, 8, 16), (1e5, 2e5, 4e5, 8e5)):
-        losses = {"vanilla": 5 - 0.2 * np.log(n), "resformer": 5 - 0.2 * np.log(bigger * n),
-                  "svformer": 2.0}
-        sweep[f"n_layer={n_layer}"] = {
-            name: {"num_params": int(n), "seeds": list(seeds),
-                   "val_loss": list(loss + noise * rng.standard_normal(len(seeds)))}
-            for name, loss in losses.items()}
-    return sweep
-
-
-def test_fewer_parameters_read_off_the_fitted_curves():
-    fits = analysis.size_sweep(made_up_size_sweep(bigger=1.25))
-    res = fits["resformer"]  # the loss of a 1.25x larger vanilla: 1 - 1/1.25 = 20% fewer
-    assert res["saving"] == pytest.approx(0.2, abs=0.03)
-    assert res["interval"][0] < 0.2 < res["interval"][1]
-    assert res["interval"][1] - res["interval"][0] < 0.1
-    assert res["slope_vanilla"] == pytest.approx(-0.2, abs=0.02) and res["seeds"] == [1, 2, 3, 4, 5]
-    assert analysis.size_sweep(made_up_size_sweep(bigger=0.8))["resformer"]["saving"] < 0
-    flat = fits["svformer"]  # its loss does not fall with size: nothing to read off
-    assert flat["saving"] is None and flat["interval"] is None
-    noisy = analysis.size_sweep(made_up_size_sweep(bigger=1.25, noise=0.5))["resformer"]
-    assert noisy["interval"] is None and noisy["falling"] < 1  # not pinned down: no interval
-    assert res["falling"] == 1.0
-    # two sizes are no curve; a sweep that does not change the size is not a size sweep
-    two = dict(list(made_up_size_sweep(1.25).items())[:2])
-    assert analysis.size_sweep(two) == {}
-    same_size = made_up_size_sweep(1.25)
-    for point in same_size.values():
-        for r in point.values():
-            r["num_params"] = 1000
-    assert analysis.size_sweep(same_size) == {}
-    table = "\n".join(tables.size_table(made_up_size_sweep(bigger=1.25)))
-    assert "Loss against parameters" in table and "| resformer |" in table
-    assert re.search(r"\| svformer \| [^|]+ \| [^|]+ \| [^|]+ \| - \| - \| \d+% of", table)
-    # a size sweep on one seed: no fit, and results.md says what it needs
-    one_seed = "\n".join(tables.size_table(made_up_size_sweep(bigger=1.25, seeds=(1,))))
-    assert "Not fitted" in one_seed and "2 or more seeds" in one_seed
-
-
 def test_crossing_interpolates_or_says_never():
     tokens, losses = [0, 100, 200, 300], [5.0, 3.0, 2.0, 1.5]
     assert analysis.crossing(tokens, losses, 2.5) == pytest.approx(150.0)
@@ -719,20 +675,26 @@ def test_a_run_of_an_older_version_is_refused_in_one_line(tmp_path):
     os.makedirs(cfg["out_dir"])
     runs.write_summary(cfg["out_dir"], {"config": cfg, "status": "done"})
     assert runs.finished(cfg, cfg["out_dir"])["status"] == "done"
-    with pytest.raises(DataError, match=r"holds a run with other settings \(n_layer: 16 there, "
-                                        r"3 now\)"):  # never replaced
+    with pytest.raises(ConfigError, match=r"holds a run with other settings \(n_layer: 16 "
+                                          r"there, 3 now\)"):  # never replaced
         runs.finished(dict(cfg, n_layer=3), cfg["out_dir"])
     with open(os.path.join(cfg["out_dir"], "summary.json"), "w") as f:
         json.dump({"config": cfg, "status": "done"}, f)  # no format: an older version's
     with pytest.raises(DataError, match="written by an older version of compare.py: delete it"):
         runs.finished(cfg, cfg["out_dir"])
+    summary = os.path.join(cfg["out_dir"], "summary.json")
+    with open(summary, "w") as f:
+        f.write('{"format": "value-residual-gpt/2", "config": {"lear')  # cut short
+    with pytest.raises(DataError) as e:  # issue 46: it was a JSONDecodeError and a traceback
+        runs.finished(cfg, cfg["out_dir"])
+    assert str(e.value).startswith(f"{summary} is not whole JSON (") and "\n" not in str(e.value)
+    assert f"restore it (git checkout -- {summary}), or delete {cfg['out_dir']}" in str(e.value)
 
 
 def test_one_variant_without_vanilla_shorter_than_log_interval(data_dir, tmp_path, capsys,
                                                                monkeypatch):
     """Issue 22: without vanilla the results still spoke of the difference to vanilla; a run
-    shorter than log_interval showed nan tokens/s; '1 runs'; --plot wrote runs.png into the
-    current folder whatever --out_dir said."""
+    shorter than log_interval showed nan tokens/s; '1 runs'."""
     out = tmp_path / "cmp"
     args = [a for a in TINY if not a.startswith("--log_interval")] + ["--log_interval=5"]
     assert compare.main(args + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1337",
@@ -746,11 +708,6 @@ def test_one_variant_without_vanilla_shorter_than_log_interval(data_dir, tmp_pat
     summary = json.load(open(out / "resformer_seed1337" / "summary.json"))
     assert math.isfinite(summary["tokens_per_sec"]) and summary["tokens_per_sec"] > 0
     assert (out / "attention_maps.png").is_file() == _has_matplotlib()
-    monkeypatch.chdir(tmp_path)
-    assert compare.main([f"--plot={out / 'resformer_seed1337'}", "--out_dir=pictures"]) == (
-        0 if _has_matplotlib() else 1)
-    assert (tmp_path / "pictures" / "runs.png").is_file() == _has_matplotlib()
-    assert not (tmp_path / "runs.png").exists()
 
 
 def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tmp_path):
@@ -786,7 +743,7 @@ def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tm
     cfg = preset_grid(args, out)[0][1]  # the run compare.py makes of these arguments
     command, resuming = runs.command(cfg, cfg["out_dir"])
     assert resuming and command[-1] == "--resume"  # its checkpoint is this run's
-    with pytest.raises(DataError, match=r"holds a run with other settings \(max_iters: 600 there, "
+    with pytest.raises(ConfigError, match=r"holds a run with other settings \(max_iters: 600 there, "
                                         r"700 now\): delete it, or compare into another --out_dir"):
         runs.command(dict(cfg, max_iters=700), cfg["out_dir"])
     assert compare.main(args) == 0
@@ -797,64 +754,6 @@ def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tm
     assert [r["iter"] for r in log if r["kind"] == "config"] == [0, stopped_at]
 
 
-def test_sweep_reports_the_paired_difference_at_each_point(data_dir, tmp_path):
-    """A sweep trains every mode at every point, each point with its own settings (and its own
-    noise floor); one seed: each point's verdict gives its differences, that point's rounding
-    floor and no claim."""
-    out = tmp_path / "sweep"
-    assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1337",
-                                "--less_data=0", "--modes=vanilla,resformer",
-                                "--sweep=n_layer=1:max_iters=2,n_layer=3:max_iters=1"]) == 0
-    sweep = json.load(open(out / "results.json"))["sweep"]
-    assert list(sweep) == ["n_layer=1_max_iters=2", "n_layer=3_max_iters=1"]
-    for point in sweep.values():
-        assert point["resformer"]["paired"]["n"] == 1 and "paired" not in point["vanilla"]
-    assert len(sweep["n_layer=3_max_iters=1"]["resformer"]["attention_entropy"]) == 3
-    assert sweep["n_layer=3_max_iters=1"]["vanilla"]["steps"] == [0, 1]
-    md = (out / "results.md").read_text()
-    assert "## Sweep" in md and "describe its first point, `n_layer=1_max_iters=2`" in md
-    for point, results in sweep.items():  # each point with its own noise floor
-        assert (out / f"{point}_vanilla-nudge=1_seed1337" / "summary.json").is_file()
-        floor, mean = analysis.noise_floor(results), results["resformer"]["paired"]["mean"]
-        verdict = next(line for line in md.splitlines() if line.startswith(f"- {point}: "))
-        assert verdict == (f"- {point}: one seed (1337), so no interval and no claim: each "
-                           f"difference is one draw; final val loss - vanilla's: resformer "
-                           f"{mean:+.3f}" + (" (within the rounding floor)" if abs(mean) <= floor
-                                             else "") + " (nats per byte). Rounding alone "
-                           f"(vanilla with its initial weights nudged one float32 step: the same "
-                           f"run rounded differently, as on another CPU) moved the final loss by "
-                           f"{floor:.4f}: a smaller difference is noise. More seeds "
-                           f"(--seeds=1337,1338,1339) give an interval.")
-    assert (out / "sweep.png").is_file() == _has_matplotlib()
-
-
-def test_a_size_sweep_on_one_seed_says_the_fit_needs_more(data_dir, tmp_path, monkeypatch):
-    """A sweep over 3 model sizes on one seed: no loss-against-size line (it needs 2 seeds or
-    more), and results.md says so instead of leaving the table out silently."""
-    monkeypatch.setattr(compare, "run_grid", stand_in(lambda cfg: (
-        3.0 - 0.1 * cfg["n_layer"], [{"iter": 0, "tokens": 0, "val_loss": 5.0},
-                                     {"iter": 2, "tokens": 128, "val_loss": 3.0}],
-        {"num_params": 1000 * cfg["n_layer"]})))
-    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
-    assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1337",
-                                "--modes=vanilla,resformer", "--less_data=0",
-                                "--sweep=n_layer=1,n_layer=2,n_layer=4"]) == 0
-    results = json.load(open(tmp_path / "results.json"))
-    assert results["size_sweep"] == {}
-    md = (tmp_path / "results.md").read_text()
-    assert ("Not fitted, and no params.png: the line and its interval need 2 or more seeds "
-            "shared by every point (e.g. --seeds=1337,1338).") in md
-    assert not (tmp_path / "params.png").exists()
-
-
-def test_sweep_point_labels_one_setting_per_line():
-    assert plots.point_label("learning_rate=2e-3_min_lr=2e-4") == "learning_rate=2e-3\nmin_lr=2e-4"
-    assert plots.point_label("n_layer=4_max_iters=1600") == "n_layer=4\nmax_iters=1600"
-    assert plots.point_label("n_layer=4") == "n_layer=4"
-
-
-# ---- a stand-in for the runs, where only the reporting is tested ----
-
 def summary(cfg, val_loss_full, evals, status="done", **more):
     """A run's summary.json as run_grid returns it, with made-up numbers."""
     return {"status": status, "val_loss_full": val_loss_full, "config": cfg, "evals": evals,
@@ -864,36 +763,12 @@ def summary(cfg, val_loss_full, evals, status="done", **more):
 
 def stand_in(losses):
     """A run_grid that trains nothing: losses(cfg) -> (final loss, evals[, other numbers])."""
-    def run_grid(grid, jobs, threads, samples, quiet_reuse=False, left="left", on_progress=None):
+    def run_grid(grid, jobs, threads, samples, quiet_reuse=False, left="left", on_progress=None,
+                 gpus=0):
         made = {key: losses(cfg) for key, cfg in grid}
         return {key: summary(cfg, final, evals, **(more[0] if more else {}))
                 for (key, cfg), (final, evals, *more) in zip(grid, made.values())}, False, []
     return run_grid
-
-
-def test_a_verdict_for_each_sweep_point(data_dir, tmp_path, monkeypatch):
-    """At n_layer=2 resformer is 0.1 below vanilla on all 3 seeds, at n_layer=3 level with it:
-    the headline says so point by point, not only for the first."""
-    def losses(cfg):
-        gain = {2: -0.1, 3: 0.0}[cfg["n_layer"]] if cfg["value_mode"] == "resformer" else 0.0
-        noise = {1: 0.01, 2: -0.01, 3: 0.0}[cfg["seed"]] if cfg["n_layer"] == 3 else 0.0
-        final = 2.0 + gain + (noise if cfg["value_mode"] == "resformer" else 0.0)
-        return final, [{"iter": 0, "tokens": 0, "val_loss": 5.0},
-                       {"iter": 2, "tokens": 128, "val_loss": final}]
-    monkeypatch.setattr(compare, "run_grid", stand_in(losses))
-    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
-    assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1,2,3",
-                                "--modes=vanilla,resformer", "--less_data=0",
-                                "--sweep=n_layer=2,n_layer=3"]) == 0
-    md = (tmp_path / "results.md").read_text().splitlines()
-    assert md[2].startswith("**Verdict at each sweep point**")
-    two = next(line for line in md if line.startswith("- n_layer=2: "))
-    three = next(line for line in md if line.startswith("- n_layer=3: "))
-    assert two.startswith("- n_layer=2: on 3 seeds (final val loss")
-    assert "resformer (-0.100 [-0.1000, -0.1000], lower on 3 of 3) is lower than vanilla " \
-           "beyond noise" in two
-    assert re.search(r"resformer \([+-]0\.000 \[-0\.0248, \+0\.0248\], lower on 1 of 3\) is not "
-                     r"distinguishable from vanilla", three), three
 
 
 def test_the_less_data_variant_says_what_it_is(data_dir, tmp_path, monkeypatch):
@@ -946,7 +821,8 @@ def test_next_lr_brackets_the_best_learning_rate():
 def fake_runs(optimum, calls):
     """A run_grid stand-in: the final loss is a U in log lr around each variant's optimum,
     diverged above 8x it; records every config it is asked to train."""
-    def run_grid(grid, jobs, threads, samples, quiet_reuse=False, left="left", on_progress=None):
+    def run_grid(grid, jobs, threads, samples, quiet_reuse=False, left="left", on_progress=None,
+                 gpus=0):
         summaries = {}
         for key, cfg in grid:
             calls.append(cfg)
@@ -1029,7 +905,7 @@ def test_tune_brackets_each_variant_and_compares_at_each_optimum(data_dir, tmp_p
         f"vanilla-nudge=1_lr{best['vanilla']:g}_seed5"]  # named by its lr, like the others
     assert results["modes"][analysis.FLOOR]["paired"]["n"] == 1
     assert all(c["min_lr"] == pytest.approx(c["learning_rate"] / 10, rel=0.01) for c in calls)
-    assert results["sweep"]["paper"]["resformer"]["paired"]["n"] == 2
+    assert results["paper_protocol"]["resformer"]["paired"]["n"] == 2
     md = (tmp_path / "results.md").read_text()
     assert "## Learning-rate search" in md and "The paper's protocol" in md and "| yes |" in md
     assert (tmp_path / "lr_search.png").is_file() == _has_matplotlib()
@@ -1253,8 +1129,8 @@ def test_results_open_with_the_verdict_and_table_the_gap_along_the_run(data_dir,
         "resformer (-0.100 [-0.1000, -0.1000], lower on 3 of 3) is lower than vanilla beyond "
         "noise; svformer (+0.000 [+0.0000, +0.0000], lower on 0 of 3) is within the rounding "
         "floor. Rounding alone (vanilla with its initial weights nudged one float32 step: the "
-        "same run rounded differently, as on another CPU) moved the final loss by 0.0020: a "
-        "smaller difference is noise.**")
+        "same run rounded differently, as on another CPU) moved the final loss by 0.0020 (one "
+        "draw): a mean difference smaller than that is no result, whatever its interval.**")
     assert next(line for line in md if line.startswith("| svformer |")).endswith(
         "| within the rounding floor (±0.0020): not a result |")
     assert next(line for line in md if line.startswith("| vanilla:nudge=1 (")).endswith(
@@ -1289,8 +1165,10 @@ def test_the_docstrings_commands_plan_as_written(data_dir, tmp_path, monkeypatch
         assert compare.main(argv + [f"--dataset={data_dir}"]) == 130, command
     preset = configurator.read_preset(compare.DEFAULT_PRESET)
     variants = {name for (name, _, _), _ in planned[0]} - {getattr(analysis, "FLOOR", None)}
-    assert variants == set(preset["modes"].split(","))  # its variants, no less-data one
-    assert not preset["less_data"] and "85%" not in compare.__doc__
+    assert variants == set(compare.SETTINGS["modes"][0].split(","))  # no less-data one
+    assert not compare.SETTINGS["less_data"][0] and "85%" not in compare.__doc__
+    # one source of each default (issue 46): the preset holds what only its shape decides
+    assert not set(preset) & (set(compare.COMPARE_SETTINGS) - {"lrs"})
     said = compare.__doc__.split("python compare.py\n")[0].rsplit("config/compare.py:", 1)[1]
     words = {"vanilla": "vanilla", "resformer": "ResFormer", "svformer": "SVFormer",
              "resformer:lambda_1=2:lambda_2=1": "the lambda = 2 mix"}
@@ -1320,7 +1198,8 @@ def test_the_demo_is_the_default_comparison_shortened():
     full_lrs = dict(item.rpartition("=")[::2] for item in full["lrs"].split(","))
     assert lrs.keys() == set(modes)  # each variant at the preset's own peak lr for it
     assert all(float(lrs[mode]) == float(full_lrs[mode]) for mode in modes)
-    full.pop("out_dir"), full.pop("modes"), full.pop("lrs")
+    assert demo.pop("calibration") == "docs/results/demo_calibration"  # other seeds' record
+    full.pop("lrs")
     assert demo == full
 
 
@@ -1336,11 +1215,20 @@ def test_one_seed_states_its_differences_and_own_lrs_are_named(data_dir, tmp_pat
                                 "--modes=vanilla,svformer", "--less_data=0",
                                 "--lrs=vanilla=3e-3,svformer=3e-3"]) == 0
     md = (tmp_path / "results.md").read_text()
-    assert ("\nEvery variant at the same peak learning rate, 0.003 (named per variant by --lrs; "
-            "equal here, so this is also the paper's protocol).\n") in md
+    assert ("\nEvery variant at the same peak learning rate, 0.003 (all named by --lrs): the "
+            "paper's protocol.\n") in md
     assert "its own peak learning rate" not in md
-    assert ("\n**Verdict: one seed (1337), so no interval and no claim: each difference is one "
-            "draw; final val loss - vanilla's: svformer +0.050 (nats per byte). Rounding alone "
-            "(vanilla with its initial weights nudged one float32 step: the same run rounded "
-            "differently, as on another CPU) moved the final loss by 0.0000: a smaller difference "
-            "is noise. More seeds (--seeds=1337,1338,1339) give an interval.**\n") in md
+    assert ("\n**Verdict: one seed (1337), so each difference is one draw.** Final val loss - "
+            "vanilla's (nats per byte):\n\n- svformer: +0.050; no other seeds of this setting to "
+            "show beside it (another seed can move it much further than rounding does)\n") in md
+    assert ("Rounding alone (vanilla with its initial weights nudged one float32 step, one draw "
+            "on this seed) moved the final loss by 0.0000: what another CPU or thread count does "
+            "to a run. It is the only band here; another seed moves a difference much further "
+            "(--calibration, or --seeds=1337,1338,1339 for an interval).") in md
+    # a variant --lrs does not name trains at the preset's lr, and results.md says which
+    assert compare.main(TINY + [f"--out_dir={tmp_path}/b", f"--dataset={data_dir}",
+                                "--seeds=1337", "--modes=vanilla,svformer", "--less_data=0",
+                                "--lrs=vanilla=3e-3", "--learning_rate=2e-3"]) == 0
+    md = (tmp_path / "b" / "results.md").read_text()
+    assert ("\nEach variant at its own peak learning rate (vanilla 0.003, svformer 0.002) (named "
+            "by --lrs for vanilla; svformer at the preset's learning_rate).\n") in md

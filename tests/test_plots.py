@@ -114,7 +114,7 @@ def test_attention_map_data_takes_every_variant_asked_for(tmp_path):
 @pytest.mark.parametrize("n_layer", [2, 4, 16])
 def test_bands_stay_within_what_the_measure_can_be(tmp_path, figures, n_layer):
     """Issue 22: the +-1 std band of the similarity went above 1, the largest cosine."""
-    plots.write_all(str(tmp_path), made_up_results(n_layer), {}, {})
+    plots.write_all(str(tmp_path), made_up_results(n_layer), {})
     by_label = {ax.get_ylabel(): ax for fig in figures for ax in fig.axes}
     for label, (low, high) in (("how alike the tokens' hidden states are\n(mean pairwise cosine)",
                                 (-1, 1)),
@@ -129,24 +129,14 @@ def test_bands_stay_within_what_the_measure_can_be(tmp_path, figures, n_layer):
 
 def test_the_loss_picture_is_against_steps_and_token_axes_read_in_units(tmp_path, figures):
     """The loss picture's x-axis is steps, the tokens of one step in its label; where an axis is
-    in tokens (plot_logs) it reads in units, not with matplotlib's '1e6' offset (issue 22)."""
+    in tokens it reads in units, not with matplotlib's '1e6' offset (issue 22)."""
     results = made_up_results(4)
-    plots.write_all(str(tmp_path), results, {}, {})
+    plots.write_all(str(tmp_path), results, {})
     loss = loss_picture(figures)
     assert loss.axes[-1].get_xlabel() == "step (2,048 tokens each)"
     assert list(loss.axes[0].lines[0].get_xdata()) == results["vanilla"]["steps"][1:]  # not 0
-    run = tmp_path / "run"
-    run.mkdir()
-    records = [{"kind": "config", "tokens_per_step": 2048},
-               {"kind": "train", "iter": 400, "loss": 2.5},
-               {"kind": "eval", "iter": 800, "tokens": 800 * 2048, "val_loss": 2.2}]
-    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    plots.plot_logs([str(run)], str(tmp_path / "runs.png"))
-    ax = figures[-1].axes[0]
-    shown = ax.xaxis.get_major_formatter()
+    shown = plots.token_units
     assert [shown(x, 0) for x in (0, 800_000, 1_638_400, 2e9)] == ["0", "800k", "1.64M", "2B"]
-    assert ax.get_xlabel() == "training tokens"
-    assert plots.token_units(1.6e6) == "1.6M"
 
 
 def test_the_loss_axis_starts_where_curves_compare_and_mixing_shows_its_start(tmp_path,
@@ -157,7 +147,7 @@ def test_the_loss_axis_starts_where_curves_compare_and_mixing_shows_its_start(tm
     results["resformer"]["mixing"] = {f"transformer.h.{i}.attn.value_lambdas": [0.6, 0.4]
                                       for i in (1, 2, 3)}
     results["resformer"]["escape"] = [[20, 40960], [40, 81920], None]
-    paths = plots.write_all(str(tmp_path), results, {}, {}, escape_loss=2.9)
+    paths = plots.write_all(str(tmp_path), results, {}, escape_loss=2.9)
     assert os.path.join(str(tmp_path), "mixing.png") in paths
     assert not (tmp_path / "lambdas.png").exists()
     loss = loss_picture(figures)
@@ -183,7 +173,7 @@ def test_the_difference_panel_is_not_squashed_by_the_first_evaluations(tmp_path,
     for name in ("resformer", "svformer"):
         results[name]["curves"] = [[v - (2.0 if i < 2 else 0.02) for i, v in enumerate(c)]
                                    for c in results["vanilla"]["curves"]]
-    plots.write_all(str(tmp_path), results, {}, {})
+    plots.write_all(str(tmp_path), results, {})
     low, high = loss_picture(figures).axes[1].get_ylim()
     assert -0.03 < low < -0.02 and 0 < high < 0.01
 
@@ -194,7 +184,7 @@ def test_the_difference_panel_is_not_flattened_by_one_outlier(tmp_path, figures)
     results = made_up_results(4, names=("vanilla", "resformer"))
     results["resformer"]["curves"] = [[v + (1.0 if i == 20 else -0.02) for i, v in enumerate(c)]
                                       for c in results["vanilla"]["curves"]]
-    plots.write_all(str(tmp_path), results, {}, {})
+    plots.write_all(str(tmp_path), results, {})
     bottom = loss_picture(figures).axes[1]
     low, high = bottom.get_ylim()
     assert -0.03 < low < -0.02 and 0 < high < 0.01
@@ -203,7 +193,7 @@ def test_the_difference_panel_is_not_flattened_by_one_outlier(tmp_path, figures)
 
 
 def test_without_vanilla_the_loss_picture_has_no_difference_panel(tmp_path, figures):
-    plots.write_all(str(tmp_path), made_up_results(4, ("resformer", "svformer")), {},
+    plots.write_all(str(tmp_path), made_up_results(4, ("resformer", "svformer")),
                     made_up_maps(4, ("resformer", "svformer")))
     loss = loss_picture(figures)
     assert len(loss.axes) == 1
@@ -221,7 +211,7 @@ def test_shrunk_runs_keep_their_curves_inside_the_picture(tmp_path, figures):
         r.update(seeds=[1, 2], steps=[0, 1, 2], tokens=[0, 64, 128], tokens_per_step=64,
                  curves=[[5.6, 5.5 - 0.01 * k + d, 5.45 - 0.01 * k + d] for d in (0, 0.02)],
                  escape=[None, None])
-    plots.write_all(str(tmp_path), results, {}, {}, escape_loss=2.9)
+    plots.write_all(str(tmp_path), results, {}, escape_loss=2.9)
     top = loss_picture(figures).axes[0]
     low, high = top.get_ylim()
     drawn = np.concatenate([line.get_ydata() for line in top.lines]
@@ -234,7 +224,7 @@ def test_shrunk_runs_keep_their_curves_inside_the_picture(tmp_path, figures):
 
 def test_titles_fit_the_pictures(tmp_path, figures):
     """No title is cut at the picture's edge: the per-layer measures' long titles wrap."""
-    plots.write_all(str(tmp_path), made_up_results(4), {}, {})
+    plots.write_all(str(tmp_path), made_up_results(4), {})
     entropy = next(fig for fig in figures if "entropy" in fig.axes[0].get_ylabel())
     assert "\n" in entropy.axes[0].get_title()  # wrapped, not one long line
     for fig in figures:
@@ -260,30 +250,13 @@ def test_the_loss_legend_names_the_variants_in_words(tmp_path, figures):
              "resformer:max_iters=34")
     results = made_up_results(4, names=names)
     results["resformer:max_iters=34"]["note"] = "85% of the tokens"
-    plots.write_all(str(tmp_path), results, {}, {})
+    plots.write_all(str(tmp_path), results, {})
     loss = loss_picture(figures)
     expected = ["vanilla", "ResFormer, λ = 2", "SVFormer, 1 KV head", "value embeddings",
                 "ResFormer, 85% of the tokens"]
     assert legend_of(loss.axes[0]) == expected
     # the difference panel: all but vanilla, and what its thin lines are
     assert legend_of(loss.axes[1]) == expected[1:] + ["thin lines: each seed"]
-
-
-def test_a_run_with_one_training_record_is_drawn(tmp_path, figures):
-    """Issue 22: a training curve with one record drew nothing (a line needs two points)."""
-    run = tmp_path / "run"
-    run.mkdir()
-    records = [{"kind": "config", "tokens_per_step": 2048},
-               {"kind": "eval", "iter": 0, "tokens": 0, "val_loss": 5.6},
-               {"kind": "train", "iter": 800, "loss": 2.1},
-               {"kind": "eval", "iter": 800, "tokens": 800 * 2048, "val_loss": 2.2}]
-    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    plots.plot_logs([str(run)], str(tmp_path / "runs.png"))
-    ax = figures[-1].axes[0]
-    train, val = ax.get_lines()
-    assert train.get_xydata().tolist() == [[800 * 2048, 2.1]]
-    assert train.get_marker() not in (None, "", "None")  # a single point is visible
-    assert ax.xaxis.get_major_formatter()(1_638_400, 0) == "1.64M"
 
 
 def write_log(run_dir, evals, partial=""):
@@ -333,12 +306,12 @@ def test_the_live_picture_cuts_the_seeds_to_the_step_all_reached(tmp_path, figur
     assert not (empty / "loss.png").exists()
 
 
-def test_the_live_picture_shows_only_the_first_sweep_point(tmp_path, figures):
-    """During a sweep the same variant trains at every point: the live picture, like the final
-    one, shows the first point, not a mean over different models."""
+def test_the_live_picture_leaves_out_the_papers_protocol_runs(tmp_path, figures):
+    """Under --tune every variant trains again at vanilla's best lr (the paper's protocol): the
+    live picture, like the final one, shows the variants at their own lr, not a mean of both."""
     root = str(tmp_path)
     grid = []
-    for point, loss in (("n_layer=1", 3.0), ("n_layer=3", 2.0)):
+    for point, loss in (("", 3.0), ("paper", 2.0)):
         for name in ("vanilla", "resformer"):
             run_dir = os.path.join(root, f"{point}_{name}_seed1")
             write_log(run_dir, [(0, 5.5), (10, loss), (20, loss - 0.1)])
@@ -346,24 +319,6 @@ def test_the_live_picture_shows_only_the_first_sweep_point(tmp_path, figures):
     plots.live_loss(root, grid)
     top = loss_picture(figures).axes[0]
     assert list(top.lines[0].get_ydata()) == pytest.approx([3.0, 2.9])
-
-
-def test_loss_against_size_draws_every_variant_with_its_fitted_line(tmp_path, figures):
-    sweep = {}
-    for n_layer, n in zip((2, 4, 8, 16), (1e5, 2e5, 4e5, 8e5)):
-        sweep[f"n_layer={n_layer}"] = {
-            name: {"num_params": int(n), "seeds": [1, 2, 3],
-                   "val_loss": [5 - 0.2 * np.log(n * scale) + d for d in (-0.01, 0, 0.01)],
-                   "val_loss_mean": 5 - 0.2 * np.log(n * scale)}
-            for name, scale in (("vanilla", 1.0), ("resformer", 1.25))}
-    path = plots.size_figure(plots.pyplot(), str(tmp_path), sweep)
-    assert os.path.isfile(path) and path.endswith("params.png")
-    ax = figures[-1].axes[0]
-    assert ax.get_xscale() == "log" and len(ax.lines) == 2
-    labels = legend_of(ax)
-    assert labels[0] == "vanilla" and "20.0% fewer parameters" in labels[1]
-    # the fitted line goes through the means
-    assert ax.lines[1].get_ydata()[0] == pytest.approx(5 - 0.2 * np.log(1.25e5))
 
 
 def test_the_size_curve_places_each_variant_on_vanillas_line(tmp_path, figures):
@@ -484,13 +439,14 @@ def test_the_noise_floor_is_a_grey_band_in_the_difference_panel_not_a_line(tmp_p
     results = made_up_results(4, names=("vanilla", "resformer"))
     results["resformer"]["curves"] = [[v - 0.001 for v in c] for c in results["vanilla"]["curves"]]
     with_floor(results, [[0.004 if i % 2 == 0 else 0.001 for i in range(41)], [-0.002] * 41])
-    plots.write_all(str(tmp_path), results, {}, {})
+    plots.write_all(str(tmp_path), results, {})
     top, bottom = loss_picture(figures).axes
     assert legend_of(top) == ["vanilla", "ResFormer"]
     assert len([line for line in top.lines if len(line.get_xdata()) > 1]) == 2
     bands = [c for c in bottom.collections if c.get_label().startswith(plots.FLOOR_LABEL)]
     assert len(bands) == 1
-    assert "rounding alone (vanilla nudged one float32 step): the noise floor, at most ±0.004" \
+    assert "rounding alone (vanilla nudged one float32 step): another CPU, not another seed " \
+           "(2 seeds, at most ±0.004)" \
         in legend_of(bottom)
     edges = band_edges(bands[0])
     steps = results["vanilla"]["steps"]
@@ -512,7 +468,7 @@ def test_each_seeds_difference_is_drawn_thin_beside_the_bold_mean(tmp_path, figu
     results = made_up_results(4, names=("vanilla", "resformer"))
     results["resformer"]["curves"] = [[v + d for v in c] for c, d in
                                       zip(results["vanilla"]["curves"], (-0.03, -0.01, 0.01))]
-    plots.write_all(str(tmp_path), results, {}, {})
+    plots.write_all(str(tmp_path), results, {})
     bottom = loss_picture(figures).axes[1]
     drawn = [line for line in bottom.lines if len(line.get_xdata()) > 2]
     bold, *thin = drawn
@@ -526,20 +482,17 @@ def test_the_loss_axes_say_nats_per_byte_or_per_token(tmp_path, figures):
     """The loss is in nats per byte for the byte tokenizer: every axis that shows a loss says
     which (write_all's unit; 'token' where a caller does not say)."""
     results = made_up_results(4)
-    plots.write_all(str(tmp_path), results, {}, {}, unit="byte")
+    plots.write_all(str(tmp_path), results, {}, unit="byte")
     top, bottom = figures[0].axes
     assert top.get_ylabel() == "val loss (nats per byte)"
     assert bottom.get_ylabel() == "minus vanilla (nats per byte)"
     plt = plots.pyplot()
     plots.lr_figure(plt, str(tmp_path), {"vanilla": {1e-3: [2.5], 2e-3: [2.2], 4e-3: [2.4]}},
                     unit="byte")
-    plots.sweep_figure(plt, str(tmp_path), {"p": {"resformer": {"paired": {
-        "n": 1, "mean": -0.01, "differences": [-0.01], "interval": None}}}}, unit="byte")
     plots.curve_figure(plt, str(tmp_path), size_results(), unit="byte")
-    plots.size_figure(plt, str(tmp_path), size_points(), unit="byte")
-    for fig in figures[-4:]:
+    for fig in figures[-2:]:
         assert "nats per byte" in fig.axes[0].get_ylabel(), fig.axes[0].get_ylabel()
-    plots.write_all(str(tmp_path), results, {}, {})
+    plots.write_all(str(tmp_path), results, {})
     assert figures[-3].axes[0].get_ylabel() == "val loss (nats per token)"
 
 
@@ -549,12 +502,12 @@ def test_one_seed_is_not_promised_a_band(tmp_path, figures):
     results = made_up_results(4, names=("vanilla", "resformer"))
     for r in results.values():
         r["seeds"], r["curves"] = r["seeds"][:1], r["curves"][:1]
-    plots.write_all(str(tmp_path), results, {}, {})
+    plots.write_all(str(tmp_path), results, {})
     top, bottom = loss_picture(figures).axes
     assert "one seed" in top.get_title() and "band" not in top.get_title()
     assert not top.collections
     assert "one seed" in bottom.get_title() and "thin" not in bottom.get_title()
-    plots.write_all(str(tmp_path), made_up_results(4), {}, {})
+    plots.write_all(str(tmp_path), made_up_results(4), {})
     assert "mean over 3 seeds, band = min-max" in loss_picture(figures[3:]).axes[0].get_title()
 
 
@@ -600,16 +553,6 @@ def size_results():
     return results
 
 
-def size_points():
-    """size_figure's input: vanilla and ResFormer at 4 sizes, 3 seeds each."""
-    return {f"n_layer={n_layer}": {
-        name: {"num_params": int(n), "seeds": [1, 2, 3],
-               "val_loss": [5 - 0.2 * np.log(n * scale) + d for d in (-0.01, 0, 0.01)],
-               "val_loss_mean": 5 - 0.2 * np.log(n * scale)}
-        for name, scale in (("vanilla", 1.0), ("resformer", 1.25))}
-        for n_layer, n in zip((2, 4, 8, 16), (1e5, 2e5, 4e5, 8e5))}
-
-
 def test_legends_sit_outside_the_axes_and_read_from_the_back_of_a_room(tmp_path, figures):
     """No legend covers a line: each sits beside its axes (its box does not overlap the axes'
     box) and wholly on the picture; legend, tick and label text is 10 points or more."""
@@ -619,10 +562,9 @@ def test_legends_sit_outside_the_axes_and_read_from_the_back_of_a_room(tmp_path,
                                       for i in (1, 2, 3)}
     results["resformer"]["escape"] = [[20, 40960], [40, 81920], None]
     plt = plots.pyplot()
-    plots.write_all(str(tmp_path), results, {}, {}, escape_loss=2.9)
+    plots.write_all(str(tmp_path), results, {}, escape_loss=2.9)
     plots.lr_figure(plt, str(tmp_path), {"vanilla": {1e-3: [2.5], 2e-3: [2.2], 4e-3: [2.4]}})
     plots.curve_figure(plt, str(tmp_path), size_results())
-    plots.size_figure(plt, str(tmp_path), size_points())
     with_legend = 0
     for fig in figures:
         renderer = FigureCanvasAgg(fig).get_renderer()
@@ -637,4 +579,4 @@ def test_legends_sit_outside_the_axes_and_read_from_the_back_of_a_room(tmp_path,
             assert inside(fig, legend), ax.get_title()
             texts = (legend.get_texts() + ax.get_yticklabels() + [ax.yaxis.label])
             assert min(t.get_fontsize() for t in texts) >= 10, ax.get_title()
-    assert with_legend == 8  # loss (2), entropy, similarity, mixing, lr, size curve, params
+    assert with_legend == 7  # loss (2), entropy, similarity, mixing, lr, size curve
