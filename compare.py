@@ -426,9 +426,8 @@ def main(argv):
     for key, run in grid:
         unique.setdefault(run["out_dir"], (key, run))
     if cfg["plan"]:  # each run not finished yet as a shell command; nothing trains here
-        for _, run in unique.values():
-            if not finished(run, run["out_dir"], cfg["threads"]):
-                print(plan_line(run, cfg["threads"]))
+        print("\n".join(line for _, run in unique.values()
+                         if (line := plan_line(run, cfg["threads"]))), end="")
         return 0
     spread = f" over {plural(gpus, 'GPU')}" if gpus else ""
     print(f"{plural(len(unique), 'run')} ({shape(unique, modes, seeds, cfg)}), "

@@ -309,10 +309,12 @@ GPU_PEAK_FLOPS = {
     "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
 
 
-def gpu_peak_flops(device_name):
-    """Peak FLOP/s for a name like 'NVIDIA H200' (the longest key it holds), or None."""
-    return next((GPU_PEAK_FLOPS[n] for n in sorted(GPU_PEAK_FLOPS, key=len, reverse=True)
-                 if n in device_name), None)
+def gpu_peak_flops(device_name, dtype="bfloat16"):
+    """Peak FLOP/s for a name like 'NVIDIA H200' (the longest key it holds) in 16-bit compute,
+    or None (not a GPU in the table, or float32: the table holds no float32 peaks)."""
+    return None if dtype == "float32" else next(
+        (GPU_PEAK_FLOPS[n] for n in sorted(GPU_PEAK_FLOPS, key=len, reverse=True)
+         if n in device_name), None)
 
 
 def run_main(main):

@@ -205,8 +205,8 @@ def train(cfg, given=None):
         scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
         # MFU (nanoGPT's log shows it too): the FLOP/s achieved per GPU over its 16-bit peak;
         # none for a GPU missing from the peak table, or on the CPU
-        peak = (gpu_peak_flops(torch.cuda.get_device_name(device))
-                if device.startswith("cuda") and dtype != "float32" else None)
+        peak = gpu_peak_flops(torch.cuda.get_device_name(device) if device.startswith("cuda")
+                              else device, dtype)
         announce(log, cfg, changes, raw_model, iter_num, (device, dtype),
                  (world, grad_accum, tokens_per_step))
 

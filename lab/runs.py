@@ -150,10 +150,13 @@ def command(cfg, run_dir):
 
 
 def plan_line(cfg, threads):
-    """One run as a shell command, run from the project's folder by any scheduler (compare.py
-    --plan); it writes only into the run's own folder, as compare.py's own runs do."""
-    return shlex.join([f"OMP_NUM_THREADS={threads}", "python", "train.py"]
-                      + [f"--{k}={v}" for k, v in settings_only(cfg).items()])
+    """One run not finished yet as a shell command (a stopped one with --resume), run from the
+    project's folder by any scheduler (compare.py --plan); it writes only into the run's own
+    folder, as compare.py's own runs do. None for a finished run."""
+    if finished(cfg, cfg["out_dir"], threads) or trained_elsewhere(cfg, cfg["out_dir"]):
+        return None
+    return shlex.join([f"OMP_NUM_THREADS={threads}", "python", "train.py",
+                       *command(cfg, cfg["out_dir"])[0][2:]])
 
 
 def trained_elsewhere(cfg, run_dir):

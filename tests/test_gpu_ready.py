@@ -1,0 +1,219 @@
+"""Issue 47, without a GPU: what each device gets (the GPUs' capabilities mocked), MFU in the
+log, compare.py's runs spread over the GPUs, --plan's commands run by another engine
+(`xargs -P 2`) giving compare.py's own tables, and bench.py --gpu_check."""
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import bench
+import compare
+import configurator
+import train
+from lab import runs
+from test_compare import TINY, data_dir  # noqa: F401 (a fixture: compare's tiny dataset)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pretend(monkeypatch, cuda=None, native_bf16=False, mps=False, count=1):
+    """This torch sees a CUDA GPU named `cuda` (or none) and/or Apple's MPS."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda is not None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count if cuda else 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: cuda)
+    # torch's own default counts emulated bf16 as bf16: only including_emulation=False tells
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: native_bf16 or including_emulation)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+
+
+@pytest.mark.parametrize("gpu,native,mps,expected", [
+    ("NVIDIA A100-SXM4-80GB", True, False, ("cuda", "bfloat16")),
+    ("Tesla T4", False, False, ("cuda", "float16")),  # emulated bf16 no longer counts
+    ("Tesla V100-SXM2-16GB", False, False, ("cuda", "float16")),
+    (None, False, True, ("mps", "float32")),
+    (None, False, False, ("cpu", "float32")),
+])
+def test_auto_picks_native_precision_on_every_device(monkeypatch, gpu, native, mps, expected):
+    pretend(monkeypatch, gpu, native, mps)
+    device, dtype, autocast = configurator.setup_device("auto", "auto")
+    assert (device, dtype) == expected
+    assert isinstance(autocast, contextlib.nullcontext) == (dtype == "float32")
+    if gpu and not native:  # asked for by name where it is only emulated: one line, the way out
+        with pytest.raises(configurator.ConfigError, match="no native bfloat16; use float16"):
+            configurator.setup_device("auto", "bfloat16")
+    if gpu:  # the run's first lines say which, and why fp16 comes with loss scaling
+        said = configurator.describe_device(device, dtype)
+        assert said.startswith(f"cuda ({gpu}), ")
+        assert said.endswith("float16 autocast with loss scaling" if dtype == "float16"
+                             else "bfloat16 autocast")
+
+
+@pytest.mark.parametrize("mode", ["vanilla", "resformer", "svformer", "value_embed"])
+def test_what_the_mac_gets_trains_every_mode(monkeypatch, data_dir, tmp_path, mode):
+    """On MPS auto is float32 without autocast (MPS's autocast is young; --dtype tries it). The
+    MPS device itself cannot run here: the four modes train a step with what auto picks there,
+    on the CPU."""
+    pretend(monkeypatch, mps=True)
+    _, dtype, autocast = configurator.setup_device("auto")
+    assert dtype == "float32"
+    monkeypatch.undo()
+    cfg = configurator.defaults(train.SETTINGS, dataset=data_dir, out_dir=str(tmp_path),
+                                n_layer=2, n_head=2, n_embd=16, block_size=16, batch_size=4,
+                                max_iters=2, eval_interval=2, eval_iters=1, device="cpu",
+                                dtype=dtype, value_mode=mode, warmup_iters=1)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert train.train(cfg)["iter"] == 2
+
+
+def test_mfu_is_in_the_log_where_the_gpu_has_a_peak(monkeypatch, data_dir, tmp_path):
+    """nanoGPT prints MFU on every log line; ours does on a GPU of the peak table (a GPU not in
+    it gets no figure rather than a wrong one; float32 has no peak in the table)."""
+    assert configurator.gpu_peak_flops("NVIDIA H100 80GB HBM3", "bfloat16") == 989.4e12
+    assert configurator.gpu_peak_flops("NVIDIA H100 80GB HBM3", "float32") is None
+    assert configurator.gpu_peak_flops("Some Future GPU", "bfloat16") is None
+    lines = {}
+    for peak in (None, 1e12):
+        monkeypatch.setattr(train, "gpu_peak_flops", lambda name, dtype: peak)
+        out = tmp_path / f"peak{peak}"
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            train.main([f"--dataset={data_dir}", f"--out_dir={out}", "--n_layer=2",
+                        "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=4",
+                        "--max_iters=4", "--log_interval=2", "--eval_interval=4",
+                        "--eval_iters=1", "--device=cpu"])
+        lines[peak] = [line for line in printed.getvalue().splitlines() if "ms/step" in line]
+        log = [json.loads(line) for line in open(out / "log.jsonl")]
+        assert all(("mfu" in r) == bool(peak) for r in log if r["kind"] == "train")
+    assert not any("mfu" in line for line in lines[None])
+    assert all(", mfu " in line and "%" in line for line in lines[1e12])
+
+
+def test_compare_spreads_its_runs_over_the_gpus(monkeypatch, tmp_path):
+    """Each run pinned to one GPU (CUDA_VISIBLE_DEVICES), the one running the fewest; with
+    --jobs=4 on 2 GPUs, two runs each. The ids are those the user's CUDA_VISIBLE_DEVICES names."""
+    started = []
+
+    class Run:  # a stand-in for a train.py process: it finishes when told
+        def __init__(self, args, stdout, stderr, env):
+            started.append(env.get("CUDA_VISIBLE_DEVICES"))
+
+        returncode = 0
+
+        def poll(self):
+            return 0  # done at once
+
+    monkeypatch.setattr(runs.subprocess, "Popen", Run)
+    monkeypatch.setattr(runs, "summarise", lambda cfg, run_dir, samples, threads: {
+        "val_loss_full": 1.0})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    grid = [((f"v{i}", 1, ""), {"out_dir": str(tmp_path / f"v{i}"), "max_iters": 1,
+                                "seed": 1, "value_mode": "vanilla"}) for i in range(6)]
+    monkeypatch.setattr(runs, "command", lambda cfg, run_dir: (["train.py"], False))
+    with contextlib.redirect_stdout(io.StringIO()):
+        done, _, failed = runs.run_grid(grid, jobs=4, threads=1, samples=1, gpus=2)
+    assert started[:4] == ["2", "5", "2", "5"] and set(started) == {"2", "5"}
+    assert len(done) == 6 and not failed
+    assert runs.gpu_ids(2) == ["2", "5"]
+
+
+def test_compare_knows_each_device_from_the_one_resolver(monkeypatch):
+    """compare.py and the machine it names decide 'auto' as train.py does (cuda > mps > cpu):
+    on a Mac, one job on the one MPS device (it used to start one per CPU core) and the
+    machine named MPS, not the CPU."""
+    pretend(monkeypatch, mps=True)
+    assert configurator.resolve_device("auto") == "mps"
+    assert runs.hardware("auto").startswith("Apple MPS")
+    pretend(monkeypatch, "NVIDIA H200", True, count=8)
+    assert runs.hardware("auto").startswith("8 x NVIDIA H200")
+    assert runs.hardware("cuda:3").startswith("NVIDIA H200")
+
+
+def test_plan_prints_each_run_and_any_engine_runs_them_to_the_same_tables(data_dir, tmp_path):
+    """--plan prints one shell command per run and trains nothing; `xargs -P 2` runs them from
+    the project's folder; the same compare command then tabulates them (training nothing) into
+    the tables compare.py makes when it trains the grid itself."""
+    if shutil.which("xargs") is None:
+        pytest.skip("needs xargs")
+    args = TINY + [f"--dataset={data_dir}", "--seeds=1,2", "--modes=vanilla,svformer",
+                   "--less_data=0", "--lrs="]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def compare_py(*more):
+        done = subprocess.run([sys.executable, "compare.py", *args, *more], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return done.stdout
+
+    plan = compare_py(f"--out_dir={tmp_path / 'planned'}", "--plan").splitlines()
+    assert len(plan) == 5 and not (tmp_path / "planned" / "vanilla_seed1").exists()
+    assert all(line.startswith("OMP_NUM_THREADS=1 python train.py --") for line in plan)
+    (tmp_path / "runs.txt").write_text("\n".join(plan) + "\n")
+    engine = subprocess.run(f"xargs -d '\\n' -n 1 -P 2 sh -c < {tmp_path / 'runs.txt'}",
+                            shell=True, cwd=ROOT, env={**env, "PATH": os.environ["PATH"]},
+                            capture_output=True, text=True, timeout=600)
+    assert engine.returncode == 0, engine.stderr[-2000:]
+    assert compare_py(f"--out_dir={tmp_path / 'planned'}", "--plan") == ""  # nothing left
+    tabulated = compare_py(f"--out_dir={tmp_path / 'planned'}")
+    assert ": training" not in tabulated
+    compare_py(f"--out_dir={tmp_path / 'itself'}")
+    planned, itself = (json.load(open(tmp_path / name / "results.json"))
+                       for name in ("planned", "itself"))
+    for name, r in itself["modes"].items():
+        mine = planned["modes"][name]
+        assert mine["val_loss"] == r["val_loss"] and mine.get("paired") == r.get("paired")
+        assert mine["curves"] == r["curves"] and mine["attention_entropy"] == r["attention_entropy"]
+    tables = [the_numbers((tmp_path / name / "results.md").read_text())
+              for name in ("planned", "itself")]
+    assert tables[0] == tables[1] and len(tables[0]) > 40
+
+
+def the_numbers(md):
+    """results.md without what depends on the clock: the line with the command (the folder,
+    the minutes, runs reused) and each run's speed (the costs table's last column)."""
+    lines, costs = [], False
+    for line in md.splitlines():
+        costs = line.startswith("## What each variant costs") or (costs and
+                                                                  not line.startswith("## "))
+        if not line.startswith("`python compare.py"):
+            lines.append(line.rsplit("|", 2)[0] if costs and line.startswith("| ") else line)
+    return lines
+
+
+def test_plan_with_tune_is_refused_in_one_line(data_dir):
+    with pytest.raises(configurator.ConfigError, match="--plan lists a fixed grid"):
+        compare.main(TINY + [f"--dataset={data_dir}", "--tune", "--plan"])
+
+
+def test_the_gpu_check_says_in_one_line_that_there_is_no_gpu(capsys):
+    assert torch.cuda.device_count() == 0 or pytest.skip("a GPU is here: the check would run")
+    assert bench.main(["--gpu_check"]) == 0
+    out = capsys.readouterr().out
+    assert out == "bench.py --gpu_check: no CUDA GPU here (torch sees none): nothing to check\n"
+
+
+def test_the_gpu_checks_steps_run_end_to_end_on_a_tiny_model(data_dir, tmp_path, monkeypatch,
+                                                             capsys):
+    """The check's own steps (train.py, bench.py, sample.py, cached against uncached logits),
+    here on the CPU with a tiny preset in place of GPT-2 small's shape."""
+    preset = tmp_path / "tiny.py"
+    preset.write_text('n_layer = 2\nn_head = 2\nn_embd = 16\nblock_size = 32\nbatch_size = 4\n'
+                      'device = "cpu"\n')
+    run = [str(preset), f"--dataset={data_dir}", "--max_iters=4", "--warmup_iters=1",
+           "--eval_interval=4", "--eval_iters=1", "--log_interval=2", "--overwrite"]
+    monkeypatch.setattr(bench, "__file__", str(ROOT / "bench.py"))
+    out_dir = ROOT / "out-gpu-check"
+    try:
+        assert bench.gpu_check(run, gpus=1) == 0
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    printed = capsys.readouterr().out
+    assert printed.count("  ok     ") == 4 and "FAILED" not in printed
+    assert "cached against uncached logits, float32: largest difference" in printed
