@@ -1,7 +1,6 @@
 """
 Pictures for compare.py (matplotlib, optional): loss curves with the difference to vanilla,
-attention entropy and token similarity per layer, learned lambdas, loss against model size,
-attention maps.
+attention entropy and token similarity per layer, learned lambdas, loss against model size.
 """
 import os
 import textwrap
@@ -103,7 +102,7 @@ def layer_axis(plt, ax, n_layer):
     ax.set_xticks(range(1, n_layer + 1))
 
 
-def write_all(root, results, maps, search=None, escape_loss=0.0, unit="token"):
+def write_all(root, results, search=None, escape_loss=0.0, unit="token"):
     """Every picture compare.py makes; returns the paths written. unit: what the loss is per
     (nats per "byte" for the byte tokenizer, else per "token"). The noise floor's runs
     (analysis.FLOOR: vanilla again) are the grey band of the difference panels, not a variant."""
@@ -149,8 +148,6 @@ def write_all(root, results, maps, search=None, escape_loss=0.0, unit="token"):
         written.append(save(plt, fig, os.path.join(root, "mixing.png")))
     if vanilla_curve(results):
         written.append(curve_figure(plt, root, results, unit))
-    if maps:
-        written.append(attention_maps(plt, root, maps))
     return written
 
 
@@ -415,35 +412,3 @@ def curve_figure(plt, root, results, unit="token"):
     ax.set(xlabel="parameters (total)", ylabel=f"final val loss (nats per {unit},\n{ylabel})",
            title=title)
     return save(plt, fig, os.path.join(root, "size_curve.png"))
-
-
-def attention_maps(plt, root, maps):
-    """maps: {name: [(layer number, (T, T) attention averaged over heads)]} -> rows of heatmaps,
-    one colour scale for all."""
-    n_cols = max(len(m) for m in maps.values())
-    fig, axes = plt.subplots(len(maps), n_cols, figsize=(3 * n_cols + 1, 3 * len(maps) + 0.6),
-                             squeeze=False, layout="constrained")
-    for row, (name, layers) in enumerate(maps.items()):
-        for col in range(n_cols):
-            ax = axes[row][col]
-            if col >= len(layers):  # a shallower variant: fewer maps than the row above
-                ax.axis("off")
-                continue
-            layer, att = layers[col]
-            # sqrt: small weights stay visible
-            image = ax.imshow(np.sqrt(att), cmap="viridis", vmin=0, vmax=1)
-            ax.set_title(f"{label(name)}\nlayer {layer}", fontsize=8)
-            ax.set_xlabel("key position", fontsize=8)
-            ax.set_ylabel("query position", fontsize=8)
-    # the scale in attention weights, not their square roots
-    bar = fig.colorbar(image, ax=axes, shrink=0.8, ticks=np.sqrt([0, 0.01, 0.1, 0.3, 0.6, 1]))
-    bar.ax.set_yticklabels(["0", "0.01", "0.1", "0.3", "0.6", "1"], fontsize=8)
-    bar.set_label("attention weight (sqrt scale)", fontsize=8)
-    # wrapped to the figure's width (8-point text: about 16 characters an inch)
-    title = ("Attention on one held-out window (mean over heads): a bright column is a key that "
-             "draws attention from every query (concentration)")
-    fig.suptitle("\n".join(textwrap.wrap(title, int(14 * fig.get_figwidth()))), fontsize=8)
-    path = os.path.join(root, "attention_maps.png")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
