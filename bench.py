@@ -368,37 +368,6 @@ def ratios_and_targets(result):
     return ratios, targets
 
 
-def plan(cfg, device):
-    """What the run times, and on a CPU about how long it takes: the FLOPs of its training steps
-    and uncached decoding (the bulk) over a matmul rate measured now, at half of it."""
-    parts = {"train": f"{cfg['warmup_steps']} + {cfg['train_steps']} training steps of "
-                      f"{cfg['accumulation']} x {cfg['batch_size']} x {cfg['seq_len']} tokens",
-             "decode": f"decoding {cfg['decode_tokens']} tokens at contexts {cfg['contexts']}, "
-                       f"batch sizes {cfg['decode_batch_sizes']}, with and without the cache",
-             "cache": "the KV cache's bytes"}
-    line = (f"timing per mode ({', '.join(cfg['modes'])}): "
-            + "; ".join(parts[p] for p in cfg["parts"]))
-    if device != "cpu" or cfg["parts"] == ["cache"]:
-        return line
-    L, C = cfg["n_layer"], cfg["n_embd"]
-    params = 12 * L * C * C + cfg["vocab_size"] * C
-    a = torch.randn(1024, 1024)
-    t0 = time.perf_counter()
-    for _ in range(4):
-        a @ a
-    rate = 4 * 2 * 1024 ** 3 / (time.perf_counter() - t0) / 2
-    flops = 0
-    if "train" in cfg["parts"]:
-        flops += ((cfg["warmup_steps"] + cfg["train_steps"]) * cfg["accumulation"]
-                  * cfg["batch_size"] * cfg["seq_len"] * (6 * params + 12 * L * C * cfg["seq_len"]))
-    if "decode" in cfg["parts"]:
-        flops += sum(cfg["decode_tokens"] * 2 * params * c * b for c in cfg["contexts"]
-                     for b in cfg["decode_batch_sizes"])
-    minutes = flops * len(cfg["modes"]) / rate / 60
-    return line + (f"\non this CPU that is roughly {minutes:,.0f} min: at this size bench.py is "
-                   f"meant for a GPU (--parts=cache is quick anywhere)" if minutes >= 1 else "")
-
-
 # ---- tables ----
 # (printed as each part finishes: a slow run shows its progress; the JSON has it all)
 
@@ -547,7 +516,6 @@ def main(argv):
     print(f"{plural(cfg['n_layer'], 'layer')} x {cfg['n_embd']}, block_size {cfg['block_size']}, "
           f"{device} ({result['device_name']}) {dtype}, torch {torch.__version__}, "
           f"{plural(result['threads'], 'thread')}", flush=True)
-    print(plan(cfg, device), flush=True)
     result["sizes"] = sizes(cfg)
     print_sizes(result["sizes"], cfg["seq_len"])
     if "train" in cfg["parts"]:

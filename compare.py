@@ -39,11 +39,11 @@ import data
 from configurator import (COUNT, POSITIVE, ConfigError, at_least, between, given_keys,
                           load_config, parse_args, parse_list, plural, resolve_device, run_main)
 from lab import plots, tables
-from lab.analysis import (FLOOR, bracketed, crossing, escape, internals, next_lr,
+from lab.analysis import (FLOOR, bracketed, crossing, escape, next_lr,
                           paired_stats, round_lr)
 from lab.analysis import bands
-from lab.runs import final_loss, finished, hardware, heldout_windows, plan_line, run_grid
-from model import GPT, VALUE_MODES
+from lab.runs import final_loss, finished, hardware, plan_line, run_grid
+from model import VALUE_MODES
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, decay_end
 
 COMPARE_SETTINGS = dict(
@@ -142,22 +142,6 @@ def parse_seeds(text, key="seeds"):
     if len(set(map(int, parts))) < len(parts):
         raise ConfigError(f"--{key}={text}: a seed is listed twice; list each seed once")
     return [int(p) for p in parts]
-
-
-def attention_map_data(grid, summaries, names):
-    """{variant: [(layer, (T, T) attention, mean over heads)]} for the first, middle and last
-    layer, on one held-out window, from each of these variants' first finished run."""
-    maps = {}
-    for (name, seed, point), cfg in grid:
-        ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")  # (a committed record has none)
-        if (name in names and name not in maps and os.path.isfile(ckpt_path)
-                and summaries.get((name, seed, point), {}).get("status") == "done"):
-            model = GPT.from_checkpoint(data.load_checkpoint(ckpt_path))
-            # the middle of 3 spaced windows
-            attention, _ = internals(model, heldout_windows(cfg, 3)[1:2])
-            layers = sorted({0, len(attention) // 2, len(attention) - 1})
-            maps[name] = [(i + 1, attention[i][0].mean(0).numpy()) for i in layers]
-    return {name: maps[name] for name in names if name in maps}  # in the order asked
 
 
 def build_grid(cfg, modes, seeds, points, root):
@@ -462,7 +446,7 @@ def main(argv):
             "wall_min": (time.time() - t_start) / 60, "runs": len(unique),
             "reused": sum(1 for s in done.values() if s.get("reused")),
             "given": sorted(given_keys(argv[1:] if argv and argv[0] == DEFAULT_PRESET else argv)),
-            "escape_loss": cfg["escape_loss"], "unit": unit,
+            "escape_loss": cfg["escape_loss"], "unit": unit, "steps": cfg["max_iters"],
             "calibration": calibration and {k: calibration[k] for k in ("folder", "seeds",
                                                                          "command", "unused")}}
     if not search:  # what every table describes: each variant's peak lr
@@ -472,8 +456,7 @@ def main(argv):
     if search:
         info.update(tune_seeds=parse_seeds(cfg["tune_seeds"], "tune_seeds"), best_lrs=best)
     tables.write_tables(root, results, paper, info, search)
-    pictures = plots.write_all(root, results, attention_map_data(grid, summaries, list(results)),
-                               search, cfg["escape_loss"], unit=unit)
+    pictures = plots.write_all(root, results, search, cfg["escape_loss"], unit=unit)
     print(open(os.path.join(root, "results.md")).read())
     print("wrote " + ", ".join([os.path.join(root, "results.md"),
                                 os.path.join(root, "results.json")] + pictures))

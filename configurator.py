@@ -1,16 +1,11 @@
-"""
-Settings for every script: defaults < preset files < --key=value overrides.
+"""Settings for every script: defaults < preset files < --key=value overrides.
 
     python train.py config/quickstart.py --value_mode=svformer --n_kv_head=2
 
-Each script lists its settings at its top as name=(default, meaning) or name=(default, meaning,
-check); `--help` prints the list. A preset is a file of `key = value` lines, read with
-ast.literal_eval and never executed; a first line `base = "other.py"` builds on another preset
-in the same folder. Every key must be one the script knows (typed once on the command line),
-its value of the default's type and allowed by the setting's check.
-
-Also here, what every script does with its settings: pick the device (--device, --dtype) and run
-as a program (run_main): a user's mistake is one line, a bug in the code shows its traceback.
+A script lists its settings as name=(default, meaning[, check]); --help prints them. A preset is
+a file of `key = value` lines, read with ast.literal_eval, never executed (a first line `base =
+"other.py"` builds on another). Each key must be known, of its default's type and pass its check.
+Also here: picking the device, and run_main (a user's mistake is one line, a bug a traceback).
 """
 import ast
 import difflib
@@ -36,8 +31,7 @@ def plural(n, noun):
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-# A check is (test, what it asks): at_least(1) refuses --batch_size=0 as "must be at least 1"
-# (and a setting that defaults to None, given text, --top_p=high, as not a number).
+# A check is (test, what it asks): at_least(1) refuses --batch_size=0 as "must be at least 1".
 def at_least(low):
     return (lambda v: isinstance(v, (int, float)) and v >= low), f"at least {low}"
 
@@ -59,8 +53,7 @@ POSITIVE, COUNT = at_least(1), at_least(0)
 
 
 def typed(key, value, spec, source):
-    """value as the type of the setting's default (an int is a float too), or a one-line error
-    saying both. None only where the default is None or the meaning says what None means."""
+    """value as its default's type (an int is a float too), or a one-line error; None if allowed."""
     default = spec[0]
     if value is None and default is not None and "None" not in spec[1]:
         raise ConfigError(f"{source}: {key} cannot be None (like {default!r})")
@@ -111,9 +104,7 @@ def read_preset(path, seen=()):
 
 
 def unknown(key, known, script, preset=None):
-    """The error for a setting the script does not know: the known ones it may stand for, or for
-    a preset its first comment line (often what the preset is for: another script's?), or where
-    the list of them all is (a list of all would not fit on one line)."""
+    """The error for an unknown setting, with a hint: what it may stand for, or where to look."""
     # what it may stand for: lr or bs by initials, max by a prefix, n_layers by its spelling
     guesses = [k for k in known if key == "".join(word[:1] for word in k.split("_"))]
     guesses += [k for k in known if key and k.startswith(key)]
@@ -136,8 +127,7 @@ def defaults(settings, **given):
 
 
 def parse_value(text, default):
-    """A --key=value's text as the setting's type: text settings keep it as typed (--start=1e3
-    stays '1e3'); booleans take true/false too; everything else is a Python literal."""
+    """A --key=value's text: as typed for text (--start=1e3), true/false too, else a literal."""
     if isinstance(default, bool) and text.lower() in ("true", "false"):
         return text.lower() == "true"
     if isinstance(default, str):
@@ -149,9 +139,8 @@ def parse_value(text, default):
 
 
 def load_config(settings, argv, script="this script", ignored=()):
-    """The settings' defaults, updated by preset files (plain arguments), then --key=value
-    overrides, in order, each checked. ignored: keys a preset may set that this script does not
-    use (bench.py reads train.py's presets); on the command line they are an error."""
+    """Defaults, then presets and --key=value overrides in order, each checked. ignored: keys a
+    preset may set but this script does not use (bench.py reads train.py's presets)."""
     config = vars(defaults(settings))
     for arg in argv:
         if not arg.startswith("--"):
@@ -178,8 +167,7 @@ def load_config(settings, argv, script="this script", ignored=()):
 
 
 def help_text(settings, usage, values):
-    """The usage line, then every setting with the value this command would use, and its
-    meaning, in lines of at most 100 columns."""
+    """The usage line, then each setting with the value this command would use, and its meaning."""
     lines = [*textwrap.wrap(usage, 100), "",
              "settings (--key=value; the values this command would use):"]
     for key, (_, meaning, *check) in settings.items():
@@ -198,8 +186,7 @@ def help_text(settings, usage, values):
 
 
 def parse_args(settings, argv, usage, script, ignored=()):
-    """load_config for a script's command line; --help (or -h) prints every setting as the
-    presets and overrides given with it set them, and exits 0."""
+    """load_config for a command line; --help (-h) prints the settings it would use, and exits."""
     rest = [arg for arg in argv if arg not in ("--help", "-h")]
     cfg = load_config(settings, rest, script, ignored)
     if len(rest) < len(argv):
@@ -220,10 +207,7 @@ def given_keys(argv):
 
 
 def typed_once(argv):
-    """argv, or a one-line error where it gives a --key twice (the last would win, hiding a typo
-    or an old value left in). A preset's key given again is no repeat: overriding a preset is what
-    --key=value is for. run_main checks the command line as typed; an argv that code builds (a
-    base list, then overrides) may still override, as load_config reads it in order."""
+    """argv, or an error where it gives a --key twice (the last would win, hiding a typo)."""
     seen = {}  # --key: the argument that gave it
     for arg in argv:
         if arg.startswith("--"):  # (a plain argument is a preset)
@@ -244,8 +228,7 @@ def parse_list(text, cast=str):
                           f"of {cast.__name__}") from None
 
 
-# -----------------------------------------------------------------------------
-# the device, and running a script as a program
+# ---- the device, and running a script as a program ----
 
 def resolve_device(device="auto"):
     """--device as a device: auto is cuda > mps > cpu, for every script (compare too)."""
@@ -257,10 +240,8 @@ def resolve_device(device="auto"):
 
 
 def setup_device(device="auto", dtype="auto"):
-    """(device, dtype name, autocast context) from --device and --dtype. Weights stay float32;
-    bfloat16 / float16 is compute under autocast. auto: bfloat16 on a GPU that has it natively
-    (Ampere and later), float16 on an older CUDA GPU (T4, V100: train.py then scales the loss),
-    float32 on the CPU and on Apple's MPS (where autocast is young: --dtype tries it)."""
+    """(device, dtype name, autocast): weights stay float32. auto: bfloat16 on GPUs that have it
+    natively, float16 on older CUDA GPUs (T4, V100: loss scaling), else float32 (CPU, MPS)."""
     import torch
     device = resolve_device(device)
     kind, _, index = device.partition(":")
@@ -290,44 +271,29 @@ def setup_device(device="auto", dtype="auto"):
     return device, dtype, autocast
 
 
-def describe_device(device, dtype):
-    """'cuda:0 (NVIDIA T4), float16 autocast with loss scaling': what a run's first lines say."""
-    import torch
-    name = f" ({torch.cuda.get_device_name(device)})" if device.startswith("cuda") else ""
-    how = {"float32": "float32", "bfloat16": "bfloat16 autocast",
-           "float16": "float16 autocast with loss scaling"}[dtype]
-    return f"{device}{name}, {how}"
-
-
-# Dense 16-bit (bf16 / fp16 tensor-core) peak FLOP/s per GPU, for MFU in train.py's log and in
-# bench.py; a GPU not listed gets no MFU figure rather than a wrong one. Hopper SXM 989.4
-# TFLOP/s (datasheets give twice that, with sparsity), NVL 835 per GPU, PCIe 756.
+# Dense 16-bit tensor-core peak FLOP/s per GPU, for MFU: a GPU not listed gets none rather than a
+# wrong one. Hopper SXM 989.4 TFLOP/s (datasheets: twice that, with sparsity), NVL 835, PCIe 756.
 GPU_PEAK_FLOPS = {
-    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12,
-    "H100": 989.4e12, "H200": 989.4e12, "GH200": 989.4e12,
-    "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
+    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12, "H100": 989.4e12, "H200": 989.4e12,
+    "GH200": 989.4e12, "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
     "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
 
 
 def gpu_peak_flops(device_name, dtype="bfloat16"):
-    """Peak FLOP/s for a name like 'NVIDIA H200' (the longest key it holds) in 16-bit compute,
-    or None (not a GPU in the table, or float32: the table holds no float32 peaks)."""
+    """16-bit peak FLOP/s for a name like 'NVIDIA H200' (its longest key), or None (float32 too)."""
     return None if dtype == "float32" else next(
         (GPU_PEAK_FLOPS[n] for n in sorted(GPU_PEAK_FLOPS, key=len, reverse=True)
          if n in device_name), None)
 
 
 def run_main(main):
-    """A script's `__main__`: main(argv), whose int result is the exit status. A user's mistake
-    (UserError, a full disk) is one line on stderr and exit 1; Ctrl-C exits 130, after the line
-    main raised KeyboardInterrupt with, if any (what is kept); any other error is a bug, ours or a
-    student's, and shows its traceback."""
+    """A script's `__main__`: main(argv), its int result the exit status. A user's mistake
+    (UserError, a full disk) is one line, exit 1; Ctrl-C exits 130; any other error: a traceback."""
     try:
         status = main(typed_once(sys.argv[1:]))  # the command line as typed
     except UserError as e:
-        # Under torchrun every process meets the same mistake: rank 0 says it. torchrun stops
-        # the others as soon as rank 0 exits, so another rank, which waits first, speaks only
-        # when the mistake is its own (one line, never two interleaved).
+        # Under torchrun every process meets the same mistake: rank 0 says it, and torchrun stops
+        # the others, which wait first, so they speak only when the mistake is theirs alone.
         if os.environ.get("RANK", "0") != "0":
             time.sleep(20)
         sys.exit(f"error: {e}")

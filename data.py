@@ -1,18 +1,8 @@
-"""
-The files every script shares: token shards, the dataset folders prepare.py makes of them, the
-tokenizers, and train.py's checkpoints.
+"""The files every script shares: token shards, dataset folders, tokenizers and checkpoints.
 
-A dataset is a folder data/<name>/ holding meta.json (the tokenizer, and each shard's file,
-split, token count and sha256) and those shards. prepare.py writes a new one into a temporary
-folder beside it and renames that into place: a reader finds the old dataset or the new one (a
-run killed mid-switch leaves the old one beside it, and the first reader puts it back).
-A folder without meta.json holds llm.c / modded-nanogpt FineWeb shards copied in by hand: its
-*_train_*.bin and *_val_*.bin, GPT-2 tokens.
-
-A shard is in llm.c's format (its dev/data/data_common.py): a header of 256 little-endian int32
-([0] = magic, [1] = version, [2] = token count), then the tokens: uint16 under llm.c's GPT-2
-header (magic 20240520, version 1), uint32 under its Llama-3 header (20240801, version 7, for
-vocabularies over 65,536). Shards from llm.c or modded-nanogpt load here, and ours there.
+A dataset is a folder data/<name>/ of shards and meta.json (the tokenizer; each shard's file,
+split, token count and sha256), or of llm.c's shards alone. A shard is in llm.c's format (its
+dev/data/data_common.py): 256 int32 (magic, version, count), then uint16 or uint32 tokens.
 """
 import contextlib
 import glob
@@ -38,8 +28,7 @@ class DataError(UserError):
     """Missing or bad data: one line naming the file and the fix."""
 
 
-# -----------------------------------------------------------------------------
-# tokenizers: bytes (nothing to download), or any of tiktoken's encodings
+# ---- tokenizers: bytes (nothing to download), or any of tiktoken's encodings ----
 
 class ByteTokenizer:
     """UTF-8 bytes plus one end-of-text id."""
@@ -106,8 +95,7 @@ def get_tokenizer(name):
                         f"to a copy of that cache, or use --tokenizer=byte") from None
 
 
-# -----------------------------------------------------------------------------
-# a shard: writing and reading
+# ---- a shard: writing and reading ----
 
 def shard_dtype(vocab_size):
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")  # ids < 65536: uint16
@@ -143,8 +131,7 @@ def read_shard(path, vocab_size=None):
     return tokens
 
 
-# -----------------------------------------------------------------------------
-# a dataset folder
+# ---- a dataset folder ----
 
 def dataset_dir(name):
     """train.py's --dataset: a name means data/<name>; a path (with a /) is itself."""
@@ -153,8 +140,7 @@ def dataset_dir(name):
 
 
 def no_data(data_dir, problem):
-    """The one-line error for a dataset that isn't there: what there is, and the prepare.py
-    command that makes it, read off its name (<dataset>_<tokenizer>)."""
+    """The error for a missing dataset: what there is, and the prepare.py command for its name."""
     root = os.path.dirname(os.path.normpath(data_dir)) or "."
     have = sorted(d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "meta.json"))
                   ) if os.path.isdir(root) else []
@@ -189,8 +175,7 @@ def load_meta(data_dir):
 
 
 def list_shards(data_dir, split):
-    """One split's shard paths ("train" or "val"), in order: those meta.json names, or without
-    it every *_<split>_*.bin (llm.c's)."""
+    """One split's shard paths, in order: those meta.json names, or else every *_<split>_*.bin."""
     put_back(data_dir)
     if not os.path.isdir(data_dir):
         raise no_data(data_dir, f"no dataset {data_dir}")
@@ -209,8 +194,7 @@ def list_shards(data_dir, split):
 
 
 def prepare_default(data_dir, wait=False):
-    """The default dataset on first use: `python prepare.py` runs once, as a program (wait: the
-    other torchrun processes wait for rank 0's)."""
+    """The default dataset on first use, by `python prepare.py` (wait: torchrun's other ranks)."""
     put_back(data_dir)
     for _ in range(600 if wait else 0):
         if os.path.exists(os.path.join(data_dir, "meta.json")):
@@ -225,9 +209,7 @@ def prepare_default(data_dir, wait=False):
 
 
 def put_back(data_dir):
-    """prepare.py switches a new dataset in with two renames, data_dir -> <name>.tmp<pid>.old,
-    then <name>.tmp<pid> -> data_dir; a run killed between them leaves no data_dir, and the old
-    dataset in its .old: it goes back, by whichever reader or prepare.py comes first."""
+    """A prepare.py killed mid-switch leaves no data_dir, but the old one as <tmp>.old: put back."""
     if not os.path.exists(data_dir):
         for old in dead_runs(data_dir):
             if old.endswith(".old"):
@@ -236,8 +218,7 @@ def put_back(data_dir):
 
 
 def dead_runs(data_dir):
-    """What prepare.py runs that were killed left beside data_dir: <name>.tmp<pid> (a new
-    dataset, perhaps half written) and <name>.tmp<pid>.old (the one it was replacing)."""
+    """What killed prepare.py runs left beside data_dir: <name>.tmp<pid> (new) and its .old."""
     return [p for p in glob.glob(glob.escape(os.path.normpath(data_dir)) + ".tmp*")
             if not alive(p.rpartition(".tmp")[2].removesuffix(".old"))]
 
@@ -253,8 +234,7 @@ def alive(pid):
 
 
 def data_identity(data_dir):
-    """What a checkpoint records of its data, so a resume can tell when it changed: the folder,
-    the tokenizer, the split sizes and one sha256 over the shards' (llm.c's: names and sizes)."""
+    """What a checkpoint records of its data, so a resume sees a change: one sha256 of them all."""
     meta = load_meta(data_dir)
     parts = [f"{s['split']}:{s['sha256']}" for s in meta.get("shards", [])] or [
         f"{os.path.basename(p)}:{os.path.getsize(p)}"
@@ -271,13 +251,11 @@ def describe_tokens(data):
     return f"{data['train_tokens']:,} train + {data['val_tokens']:,} val tokens"
 
 
-# -----------------------------------------------------------------------------
-# writing a file whole, and reading a checkpoint
+# ---- writing a file whole, and reading a checkpoint ----
 
 @contextlib.contextmanager
 def atomic_write(path, mode="wb"):
-    """with atomic_write(path) as f: write path.tmp, then rename it over path, so a reader (or a
-    crash) finds the old file or the new one, never half of one."""
+    """with atomic_write(path) as f: write path.tmp, renamed over path: never half a file."""
     try:
         with open(path + ".tmp", mode) as f:
             yield f

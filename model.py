@@ -5,13 +5,9 @@
     svformer     U_n = A_n V_1                                for n >= 2 (no value projection)
     value_embed  U_n = A_n ((1 - lambda_n) V_n + lambda_n E_n[x])   every n (GPT-2 speedrun)
 
-A_n is layer n's causal softmax attention, V_n its value projection and V_1 the first layer's.
-E_n is layer n's own table of values looked up by the token x alone (value embeddings: the GPT-2
-speedrun, modded-nanogpt's record of 2024-12-04, replaced V_1 by them; lambda_n is learned, from
-0.5). The switch is `GPTConfig.value_mode`; the four lines above live in
-CausalSelfAttention.forward. The rest is a GPT-2 (learned positions, pre-LayerNorm, GELU MLP,
-tied head) as in nanoGPT, plus grouped-query attention (`n_kv_head`) and a KV cache that stores
-one value tensor for SVFormer.
+A_n: layer n's causal attention; V_n: its values (V_1: the first layer's); E_n[x]: layer n's
+table row for token x (modded-nanogpt, 2024-12-04). The rest is nanoGPT's GPT-2 plus
+grouped-query attention (`n_kv_head`) and a KV cache.
 """
 import inspect
 import math
@@ -30,13 +26,10 @@ VALUE_MODES = {
     "svformer": "SVFormer",
     "value_embed": "value embeddings",
 }
-# Learned weights that mix values, by attribute name. AdamW steps them at lambda_lr_scale x the lr
-# without weight decay (a decay would pull a mix toward 0), and train.py logs them at every
-# evaluation. A learned weight of your own mode goes here too; any other parameter follows
-# nanoGPT's rule: matrices (2-D) decay, vectors (biases, norms) do not.
+# Learned weights that mix values, by attribute name: they step at lambda_lr_scale x the lr with
+# no weight decay (it would pull a mix toward 0), and train.py logs them. Add your mode's here too.
 MIXING_WEIGHTS = ("value_lambdas", "value_lambda")
-# Kernels for one-token decode steps: cuDNN plans per shape and the key length grows every step,
-# so pick flash / memory-efficient explicitly, with MATH (every device, float32) as the fallback.
+# One-token decode steps skip cuDNN, which plans per shape while the key length grows each step.
 DECODE_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -51,10 +44,8 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True  # in Linears and LayerNorms, like GPT-2; False is a bit better and faster
     value_mode: str = "vanilla"  # one of VALUE_MODES
-    # resformer's mix U_n = A_n (lambda_1 V_1 + lambda_2 V_n): the official code's 0.5/0.5; the
-    # paper's lambda sweep writes U_n = A_n (V_n + lambda V_1), i.e. lambda_1=lambda, lambda_2=1
-    lambda_1: float = 0.5
-    lambda_2: float = 0.5
+    lambda_1: float = 0.5  # resformer's mix: the official code's 0.5 / 0.5
+    lambda_2: float = 0.5  # the paper's sweep U_n = A_n (V_n + lambda V_1): lambda_2 = 1
     learnable_lambda: bool = False  # resformer: per-layer lambdas trained, starting from the above
 
     def __post_init__(self):
@@ -82,8 +73,7 @@ class GPTConfig:
         return self.n_kv_head or self.n_head  # n_kv_head 0: one key/value head per query head
 
     def value_layer(self, layer):
-        """The layer whose value projection `layer` attends to: its own, or for SVFormer the
-        first layer's (V_1) in every layer. A KV cache stores the values of these layers only."""
+        """The layer whose value `layer` attends to: its own, or for SVFormer the first's (V_1)."""
         return 0 if self.value_mode == "svformer" else layer
 
     @property
@@ -93,23 +83,19 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, d):
-        """Build a config from a dict that may hold other keys too (a training config)."""
-        names = {f.name for f in fields(cls)}
+        names = {f.name for f in fields(cls)}  # d may hold other keys too (a training config)
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
 def kv_cache_bytes(config, batch_size, seq_len, dtype=torch.float32, value_tensors=None):
-    """Bytes a KVCache for this config allocates (no model needed); value_tensors: as if it held
-    that many (a vanilla cache: n_layer)."""
+    """Bytes a KVCache for this config allocates; value_tensors: as if it held that many."""
     n_tensors = config.n_layer + (value_tensors or config.n_value_tensors)  # keys, then values
     return n_tensors * batch_size * config.kv_heads * seq_len * config.head_dim * dtype.itemsize
 
 
 class KVCache:
-    """Preallocated keys for every layer, and values for the layers whose value is attended to
-    (GPTConfig.value_layer): for svformer n_layer + 1 tensors instead of 2 * n_layer, (L+1)/(2L)
-    of a vanilla cache. Each layer writes with store(); the model then advances the length once
-    per forward pass, so a layer skipped or reordered cannot shift the positions."""
+    """Preallocated keys for every layer and values for those attended to (value_layer: svformer
+    holds L+1 tensors, not 2L). Layers store(); GPT.forward advances the length once per pass."""
 
     def __init__(self, config, batch_size, max_len, device, dtype):
         shape = (batch_size, config.kv_heads, max_len, config.head_dim)
@@ -119,8 +105,7 @@ class KVCache:
         self.max_len, self.length = max_len, 0  # tokens stored so far, in every layer
 
     def store(self, layer, k, v):
-        """Write this step's k (and v; None for a layer that attends to another's value) after
-        the stored tokens; return all the keys and values this layer attends to."""
+        """Append k (and v, unless None); return all the keys and values this layer attends to."""
         start, end = self.length, self.length + k.size(2)
         if end > self.max_len:
             raise ValueError(f"KVCache holds {self.max_len} tokens; {end} do not fit "
@@ -130,9 +115,6 @@ class KVCache:
             self.values[layer][:, :, start:end] = v
         return self.keys[layer][:, :, :end], self.values[self.value_of[layer]][:, :, :end]
 
-    def advance(self, n_tokens):
-        self.length += n_tokens  # GPT.forward, once every layer has stored this step's tokens
-
     def nbytes(self):
         return sum(t.numel() * t.element_size() for t in self.keys + list(self.values.values()))
 
@@ -140,12 +122,10 @@ class KVCache:
 class CausalSelfAttention(nn.Module):
     def __init__(self, config, layer_idx):
         super().__init__()
-        self.layer_idx = layer_idx
-        self.value_mode = config.value_mode
+        self.layer_idx, self.value_mode = layer_idx, config.value_mode
         self.n_head, self.n_kv_head = config.n_head, config.kv_heads
         self.head_dim, self.kv_dim = config.head_dim, config.kv_heads * config.head_dim
-        # svformer: only the first layer projects values; the others reuse V_1 (fewer parameters)
-        self.owns_value = config.value_layer(layer_idx) == layer_idx
+        self.owns_value = config.value_layer(layer_idx) == layer_idx  # svformer: layer 1 alone
         # one matmul for q, k (and v): output sizes n_embd + kv_dim (+ kv_dim)
         self.split_sizes = [config.n_embd, self.kv_dim] + ([self.kv_dim] if self.owns_value else [])
         self.c_attn = nn.Linear(config.n_embd, sum(self.split_sizes), bias=config.bias)
@@ -158,28 +138,19 @@ class CausalSelfAttention(nn.Module):
                 self.value_lambdas = nn.Parameter(lambdas)
             else:
                 self.register_buffer("value_lambdas", lambdas)
-        # value_embed: a table of values per layer (a matrix: weight decay, as wte's), and its
-        # mixing weight
-        if config.value_mode == "value_embed":
+        if config.value_mode == "value_embed":  # per layer: a table of values, and its mix
             self.value_embed = nn.Embedding(config.vocab_size, self.kv_dim)
             self.value_lambda = nn.Parameter(torch.tensor(0.5))
 
     def heads(self, t, n_heads):
-        """(B, T, n_heads * head_dim) -> (B, n_heads, T, head_dim)."""
-        return t.view(*t.shape[:2], n_heads, self.head_dim).transpose(1, 2)
-
-    def project(self, x):
-        """q: (B, n_head, T, hd); k, v: (B, n_kv_head, T, hd); v is None without a projection."""
-        parts = self.c_attn(x).split(self.split_sizes, dim=2)
-        q, k = self.heads(parts[0], self.n_head), self.heads(parts[1], self.n_kv_head)
-        v = self.heads(parts[2], self.n_kv_head) if self.owns_value else None
-        return q, k, v
+        return t.view(*t.shape[:2], n_heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
 
     def forward(self, x, idx, first_value, kv_cache=None):
-        """x (B, T, C), its tokens idx (B, T) and V_1 (None in layer 1) -> (output (B, T, C), this
-        layer's value)."""
+        """x (B, T, C), tokens idx (B, T), V_1 (None in layer 1) -> (output, this layer's value)."""
         B, T, C = x.size()
-        q, k, v = self.project(x)
+        parts = self.c_attn(x).split(self.split_sizes, dim=2)  # q: n_head heads, k and v: n_kv_head
+        q, k = self.heads(parts[0], self.n_head), self.heads(parts[1], self.n_kv_head)
+        v = self.heads(parts[2], self.n_kv_head) if self.owns_value else None  # None: no W_V here
 
         # The value modes, in key/value-head space (values get no positional signal). Layer 1
         # has no V_1 before it, so a mode that mixes in V_1 starts at layer 2 (the second branch).
@@ -258,11 +229,9 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def start_like_vanilla(self, vanilla_rng):
-        """Pairing: with the same seed, every tensor this mode shares with vanilla starts at
-        vanilla's values, so a one-seed difference comes from the mode, not from other random
-        draws. (A mode's extra or missing tensors would otherwise shift every later draw.) Its own
-        tensors, such as value embeddings' tables, keep the draws they made; SVFormer's c_attn,
-        which has no value rows, takes vanilla's query and key rows."""
+        """Pairing: every tensor a mode shares with vanilla starts at vanilla's values for the seed,
+        not at draws shifted by the mode's extra or missing tensors, so a one-seed difference is the
+        mode's. Its own tensors keep their draws; SVFormer's c_attn takes vanilla's q and k rows."""
         own_rng = torch.get_rng_state()
         torch.set_rng_state(vanilla_rng)
         vanilla = GPT(replace(self.config, value_mode="vanilla", lambda_1=0.5, lambda_2=0.5,
@@ -301,8 +270,7 @@ class GPT(nn.Module):
         return model.to(device).eval()
 
     def forward(self, idx, targets=None, all_logits=False, kv_cache=None):
-        """Returns (logits, loss) like nanoGPT: logits for every position when targets are given
-        or all_logits=True, else only for the last position (all generation needs)."""
+        """(logits, loss): logits of every position given targets or all_logits, else the last's."""
         B, T = idx.size()
         start = kv_cache.length if kv_cache is not None else 0
         if start > 0 and T > 1:  # SDPA's causal mask assumes queries and keys start together
@@ -318,7 +286,7 @@ class GPT(nn.Module):
             if first_value is None:
                 first_value = value  # V_1, not detached: all layers' gradients reach layer 1's W_V
         if kv_cache is not None:
-            kv_cache.advance(T)  # every layer has stored these T tokens
+            kv_cache.length += T  # once every layer has stored these T tokens
         x = self.transformer.ln_f(x)
         if targets is None:
             return self.lm_head(x if all_logits else x[:, -1:, :]), None
@@ -338,13 +306,9 @@ class GPT(nn.Module):
                        param.device, dtype)
 
     @torch.no_grad()
-    def generate_tokens(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
-                        kv_cache=None):
-        """Yield (B, 1) next tokens one at a time (for streaming); temperature 0 means greedy.
-        kv_cache: an empty KVCache to fill, None for a fresh one, False for none (nanoGPT's way:
-        the whole context again for every token). Cached: prefill the prompt, then one token per
-        step. Learned positions end at block_size (and a cache at its max_len): from there every
-        token crops the context to that length and refills the cache, as slow as no cache."""
+    def generate_tokens(self, idx, max_new_tokens, temperature=1.0, top_k=None, kv_cache=None):
+        """Yield (B, 1) next tokens (temperature 0: greedy). kv_cache: an empty one, None for a new
+        one, or False (nanoGPT: no cache); past block_size each token refills it: slow as none."""
         B, T = idx.shape
         kv_cache = self.new_kv_cache(B) if kv_cache is None else kv_cache
         if kv_cache is not False and kv_cache.length:
@@ -365,20 +329,18 @@ class GPT(nn.Module):
                 with sdpa_kernel(DECODE_SDPA_BACKENDS):
                     logits, _ = self(next_input, kv_cache=kv_cache)
             # nothing here waits for the GPU: cache lengths are Python ints, sampling has no .item()
-            next_input = sample_next(logits[:, -1, :].float(), temperature, top_k, top_p)
+            next_input = sample_next(logits[:, -1, :].float(), temperature, top_k)
             tokens[:, end] = next_input[:, 0]
             yield next_input
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
-                 kv_cache=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, kv_cache=None):
         """Append max_new_tokens tokens to idx (B, T); return the (B, T + max_new_tokens) result."""
-        new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p, kv_cache))
+        new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, kv_cache))
         return torch.cat([idx] + new, dim=1)
 
     def flops_per_token(self, seq_len=None):
-        """Training FLOPs per token: 6N for the weights plus 12 * L * C * T for attention (PaLM);
-        N leaves the lookup tables out (a row lookup multiplies nothing)."""
+        """Training FLOPs per token (PaLM): 6 x the matmul weights, plus 12 L C T for attention."""
         seq_len = seq_len or self.config.block_size
         matmul_params = self.num_params() - sum(m.weight.numel() for m in self.lookup_tables())
         return 6 * matmul_params + 12 * self.config.n_layer * self.config.n_embd * seq_len
@@ -388,10 +350,7 @@ class GPT(nn.Module):
         return self.flops_per_token(seq_len) * tokens_per_second / peak_flops
 
     def parameter_groups(self):
-        """{"decay": [...], "no_decay": [...], "mixing": [...]} of (name, parameter): the
-        MIXING_WEIGHTS by their names; of the rest, matrices (2-D: Linear and Embedding weights,
-        value tables) decay and vectors (biases, norms) do not, nanoGPT's rule. The tied token
-        embedding is the head's weight: named once."""
+        """Lists of (name, parameter): "mixing" (MIXING_WEIGHTS), "decay" (2-D), "no_decay"."""
         groups = {"decay": [], "no_decay": [], "mixing": []}
         for name, p in self.named_parameters():
             if p.requires_grad:
@@ -401,18 +360,15 @@ class GPT(nn.Module):
         return groups
 
     def mixing_weights(self):
-        """{name: value} of the mixing weights, e.g. {"transformer.h.1.attn.value_lambdas":
-        [0.5, 0.5], ...}: what training makes of them is part of the result. A weight of more
-        than 2 numbers is logged as its mean ("<name>:mean")."""
+        """{name: value} of the mixing weights, a result of training (over 2 numbers: name:mean)."""
         return {name if p.numel() <= 2 else f"{name}:mean":
                 p.detach().cpu().tolist() if p.numel() <= 2 else p.detach().mean().item()
                 for name, p in self.parameter_groups()["mixing"]}
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type,
                              lambda_lr_scale=1.0):
-        """AdamW over parameter_groups(). Mixing weights step at lambda_lr_scale x the lr: each
-        scales a whole layer's values, and Adam moves a scalar by about the lr per step whatever
-        its gradient. A group's "lr_scale" scales train.py's lr."""
+        """AdamW over parameter_groups(), lr x "lr_scale": lambda_lr_scale for mixing weights, as
+        each scales a layer's values and Adam moves a scalar ~lr per step whatever its gradient."""
         groups = self.parameter_groups()
         how = {"decay": (weight_decay, 1.0), "no_decay": (0.0, 1.0),
                "mixing": (0.0, lambda_lr_scale)}
@@ -424,20 +380,14 @@ class GPT(nn.Module):
                                  **({"fused": True} if fused else {}))
 
 
-def sample_next(logits, temperature=1.0, top_k=None, top_p=None):
-    """The next token from (B, vocab) logits: greedy at temperature 0, else top-k/top-p sampling."""
+def sample_next(logits, temperature=1.0, top_k=None):
+    """The next token from (B, vocab) logits: greedy at temperature 0, else top-k sampling."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits / temperature
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True)
-        probs = sorted_logits.softmax(dim=-1)
-        drop_sorted = probs.cumsum(dim=-1) - probs > top_p  # keep the smallest set reaching top_p
-        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)  # back to vocab order
-        logits = logits.masked_fill(drop, float("-inf"))
     # A draw from softmax(logits) without torch.multinomial, which checks its input with a GPU
     # sync per call: argmax of p_i / E_i with E_i ~ Exp(1) picks i with probability p_i.
     noise = torch.empty_like(logits).exponential_()

@@ -1,5 +1,4 @@
-"""
-Turn text into the token shards that train.py reads (llm.c's format: see data.py).
+"""Turn text into the token shards that train.py reads (llm.c's format: see data.py).
 
     python prepare.py                      # Shakespeare's 38 plays as bytes: data/shakespeare_byte/
     python prepare.py --tokenizer=gpt2     # the plays in GPT-2 tokens: data/shakespeare_gpt2/
@@ -7,10 +6,8 @@ Turn text into the token shards that train.py reads (llm.c's format: see data.py
     python prepare.py --dataset=tinyshakespeare               # nanoGPT's input.txt, downloaded once
     python prepare.py --dataset=fineweb_edu --tokenizer=gpt2   # FineWeb-Edu (datasets + network)
 
-The default reads top to bottom like a script: the plays (they ship in corpus/, nothing is
-downloaded), which of them are validation, their tokens, two shards and meta.json. The other
-sources, your files, Tiny Shakespeare and FineWeb-Edu, are at the end.
 """
+import contextlib
 import glob
 import itertools
 import json
@@ -48,8 +45,7 @@ DATASETS = ("shakespeare", "tinyshakespeare", "fineweb_edu")
 
 
 def prepare(cfg, documents=None):
-    """Tokenizes a corpus (documents: texts passed in, e.g. by tests) into out_root/<name>/ and
-    returns that folder."""
+    """Tokenizes a corpus (or documents, texts passed in) into out_root/<name>/, and returns it."""
     t0, tok = time.time(), data.get_tokenizer(cfg.tokenizer)
     # The text, as documents: one per play (or file, or web page). Each gets an end-of-text
     # token in front, so the model sees where one document ends and the next begins.
@@ -65,14 +61,12 @@ def prepare(cfg, documents=None):
     if name in (".", "..") or os.sep in name:
         raise ConfigError(f"--name={name}: a name, not a path (--out_root says where it goes)")
 
-    # Validation is held-out text the model never trains on. With enough documents it gets
-    # whole ones (one in every 1/val_fraction, at random: 3 of the 38 plays); with fewer, the
-    # last val_fraction of each one's tokens (nanoGPT's last 10% of Tiny Shakespeare).
+    # Validation is held-out text: with enough documents whole ones (1 in 1/val_fraction, at random:
+    # 3 of the 38 plays); with fewer, the last val_fraction of each (nanoGPT's Tiny Shakespeare).
     many = isinstance(documents, list) and sum(map(bool, documents)) >= 1 / cfg.val_fraction
     split = (by_document(cfg) if many else by_tail(cfg) if isinstance(documents, list)
              else first_tokens())  # FineWeb's stream: its first 100M tokens
     out_dir = os.path.join(cfg.out_root, name)
-    was = made_from(out_dir)  # what this run replaces, if anything: to say so when it differs
     with new_folder(out_dir) as folder:
         shards = {s: Shards(folder, f"{name}_{s}", cfg.shard_size, tok.vocab_size)
                   for s in ("train", "val")}
@@ -99,8 +93,6 @@ def prepare(cfg, documents=None):
         print(f"wrote {out_dir}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val "
               f"tokens, {plural(len(meta['shards']), 'shard')}, {tok.name} (vocab "
               f"{tok.vocab_size}), {meta['seconds']}s")
-        if was and was != made_from(out_dir):  # the same name, other text: one line says so
-            print(f"replaced {out_dir}: was {was}; now {made_from(out_dir)}")
         dataset = name if os.path.normpath(cfg.out_root) == data.DATA_ROOT else out_dir
         print("next: python train.py" + ("" if dataset == data.DEFAULT_DATASET
                                          else f" --dataset={dataset}"))
@@ -119,8 +111,7 @@ def main(argv):
     prepare(cfg)
 
 
-# -----------------------------------------------------------------------------
-# The parts: the split, tokenizing, the shards, and the folder they go into.
+# ---- the parts: the split, tokenizing, the shards, and the folder they go into ----
 
 def by_document(cfg):
     """Whole documents to val: in each run of ~1/val_fraction documents, one picked at random
@@ -146,8 +137,7 @@ def by_tail(cfg):
 
 
 def tokenize(documents, tok, quiet, batch=256):
-    """Each document's tokens (uint32, an end-of-text token first), in order; tiktoken encodes
-    a batch in threads (its Rust core runs without Python's lock)."""
+    """Each document's tokens (uint32, an end-of-text token first), encoded in batches (threads)."""
     t0, n_bytes, n_tokens = time.time(), 0, 0
     documents = iter(documents)
     while texts := list(itertools.islice(documents, batch)):
@@ -186,54 +176,38 @@ class Shards:
             self.n = 0
 
 
-def made_from(out_dir):
-    """What the dataset in out_dir was made from ("texts/ (3 files), 12,345 tokens"), or None."""
-    try:
-        meta = data.load_meta(out_dir)
-        return f"{meta['source']}, {meta['train_tokens'] + meta['val_tokens']:,} tokens"
-    except (data.DataError, KeyError):  # none there, llm.c's shards, or an unreadable one
-        return None
-
-
-class new_folder:
+@contextlib.contextmanager
+def new_folder(out_dir):
     """with new_folder(out_dir) as folder: write into out_dir.tmp<pid>/, which replaces out_dir
-    only when everything is in it; an error or Ctrl-C removes it, and out_dir stays as it was (a
-    kill between the switch's two renames leaves it in <tmp>.old, and data.put_back returns it)."""
-
-    def __init__(self, out_dir):
-        self.out_dir, self.tmp = out_dir, f"{out_dir}.tmp{os.getpid()}"
-
-    def __enter__(self):
-        data.put_back(self.out_dir)  # first, so that the next line never deletes the only copy
-        for old in data.dead_runs(self.out_dir):
-            shutil.rmtree(old, ignore_errors=True)
-        os.makedirs(self.tmp)
-        return self.tmp
-
-    def __exit__(self, kind, error, traceback):
-        if kind is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            if isinstance(error, OSError) and error.errno == 28:  # ENOSPC
-                raise data.DataError(f"no space left on device while writing {self.out_dir}: "
-                                     f"this run's files are removed, the dataset there is "
-                                     f"unchanged; free some space") from None
-            return False
-        old = f"{self.tmp}.old"
-        try:
-            if os.path.exists(self.out_dir):
-                os.replace(self.out_dir, old)
-            os.replace(self.tmp, self.out_dir)
-        except BaseException:  # in the switch: the old one back in place, this run's removed
-            if os.path.exists(old) and not os.path.exists(self.out_dir):
-                os.replace(old, self.out_dir)
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-        return False
+    only when complete; an error or Ctrl-C removes it, and out_dir stays as it was."""
+    tmp = f"{out_dir}.tmp{os.getpid()}"
+    old = f"{tmp}.old"
+    data.put_back(out_dir)  # first, so that the next line never deletes the only copy
+    for dead in data.dead_runs(out_dir):
+        shutil.rmtree(dead, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        yield tmp
+    except BaseException as error:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(error, OSError) and error.errno == 28:  # ENOSPC
+            raise data.DataError(f"no space left on device while writing {out_dir}: this run's "
+                                 f"files are removed, the dataset there is unchanged; free some "
+                                 f"space") from None
+        raise
+    try:
+        if os.path.exists(out_dir):
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+    except BaseException:  # in the switch: the old one back in place, this run's removed
+        if os.path.exists(old) and not os.path.exists(out_dir):
+            os.replace(old, out_dir)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
-# -----------------------------------------------------------------------------
-# The other sources: your files, Tiny Shakespeare, FineWeb-Edu.
+# ---- the other sources: your files, Tiny Shakespeare, FineWeb-Edu ----
 
 TINYSHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
                        "tinyshakespeare/input.txt")
@@ -313,8 +287,7 @@ def fineweb_edu():
 
 
 def first_tokens():
-    """FineWeb's split: the first FINEWEB_VAL_TOKENS tokens are val (cutting the document that
-    crosses the line), the rest train."""
+    """FineWeb's split: the first FINEWEB_VAL_TOKENS tokens are val, the rest train."""
     seen = [0]
 
     def split(ids):

@@ -1,5 +1,4 @@
-"""
-Sample from a trained model: load its checkpoint, encode a prompt, generate with the KV cache,
+"""Sample from a trained model: load its checkpoint, encode a prompt, generate with the KV cache,
 decode. The text streams to stdout; what was measured goes to stderr.
 
     python sample.py                                  # 10 samples from out/ckpt.pt
@@ -27,19 +26,16 @@ SETTINGS = dict(
     temperature=(0.8, "1.0 = the model's distribution, lower = more conservative, 0 = greedy "
                       "(one sample)", at_least(0.0)),
     top_k=(200, "keep only the k likeliest tokens (None: all)", POSITIVE),
-    top_p=(None, "keep the smallest set of tokens whose probability reaches p (None: all)",
-           between(1e-9, 1.0)),
     seed=(1337, "the same seed gives the same text", between(0, 2**64 - 1)),  # torch.manual_seed's
     use_cache=(True, "KV cache; False recomputes the whole context for every token (nanoGPT's)"),
     device=("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps"),
-    dtype=("auto", "auto (bfloat16 on capable GPUs, else float32), float32, bfloat16, float16"),
+    dtype=("auto", "auto (as train.py), float32, bfloat16, float16"),
 )
 USAGE = "usage: python sample.py [--key=value ...]"
 
 
 def sample(cfg, out=sys.stdout, err=sys.stderr):
-    """Streams cfg.num_samples samples (at temperature 0 one: greedy) to out, a report to err;
-    returns its numbers (tests)."""
+    """Streams num_samples samples (temperature 0: one) to out, a report to err; returns numbers."""
     if os.path.isfile(cfg.out_dir):  # the checkpoint (or the log) named, not its run's folder
         folder = os.path.dirname(cfg.out_dir) or "."
         raise ConfigError(f"--out_dir is the run's folder: use --out_dir={folder}"
@@ -78,15 +74,13 @@ def sample(cfg, out=sys.stdout, err=sys.stderr):
               f"same, so one is drawn", file=err)
     for _ in range(1 if cfg.temperature == 0 else cfg.num_samples):
         print(text, end="", file=out, flush=True)
-        # A character may span tokens (bytes, BPE pieces): the incremental decoder holds its
-        # first bytes until the rest arrive.
+        # A character may span tokens: the incremental decoder holds its bytes until it is whole.
         utf8, new, pending = codecs.getincrementaldecoder("utf-8")(errors="replace"), [], []
         with autocast:  # made under autocast, the cache takes the compute dtype
             cache = model.new_kv_cache(1) if cfg.use_cache else False
             t0 = time.perf_counter()
-            for i, token in enumerate(model.generate_tokens(prompt, cfg.max_new_tokens,
-                                                            cfg.temperature, cfg.top_k,
-                                                            cfg.top_p, cache)):
+            for i, token in enumerate(model.generate_tokens(
+                    prompt, cfg.max_new_tokens, cfg.temperature, cfg.top_k, cache)):
                 pending.append(token)  # still on the device: reading it would wait for the GPU
                 if len(pending) == 16 or i == cfg.max_new_tokens - 1:  # so: 16 at a time
                     ids = torch.cat(pending, dim=1)[0].tolist()
@@ -116,9 +110,7 @@ def sample(cfg, out=sys.stdout, err=sys.stderr):
 
 
 def real_words(ckpt, tokenizer, samples, err):
-    """The share of the sampled words (runs of letters) that occur in the training text, or None
-    and a line saying why: that text is not here, no longer in the model's tokens, or no word
-    was sampled."""
+    """The share of sampled words (runs of letters) found in the training text, or None and why."""
     data_dir = data.dataset_dir(ckpt["config"]["dataset"])
     words = lambda text: re.findall(r"[a-z]+", text.lower())
     found = words(" ".join(tokenizer.decode([t for t in s if t != tokenizer.eot])

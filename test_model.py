@@ -254,8 +254,6 @@ def test_sampling_filters():
     torch.manual_seed(0)
     assert {sample_next(logits, top_k=1).item() for _ in range(20)} == {1}
     assert {sample_next(logits, top_k=2).item() for _ in range(50)} == {1, 3}
-    assert {sample_next(logits, top_p=0.01).item() for _ in range(20)} == {1}
-    assert {sample_next(logits, top_p=0.6).item() for _ in range(50)} == {1, 3}  # 0.47 + 0.46 > 0.6
 
 
 def test_sampling_draws_from_the_softmax():
@@ -275,7 +273,7 @@ def test_decoding_never_reads_a_tensor_on_the_host(monkeypatch):
     for name in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__"):
         monkeypatch.setattr(torch.Tensor, name, no_host_read)
     monkeypatch.setattr(torch, "multinomial", no_host_read)
-    for kw in (dict(temperature=0), dict(temperature=0.8, top_k=5, top_p=0.9)):
+    for kw in (dict(temperature=0), dict(temperature=0.8, top_k=5)):
         for kv_cache in (None, False):
             out = model.generate(tokens(B=2, T=3), 20, kv_cache=kv_cache, **kw)  # refills past 16
     monkeypatch.undo()

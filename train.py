@@ -1,15 +1,10 @@
-"""
-Train a GPT in any value mode on token shards: on a laptop CPU, one GPU, or several (torchrun).
+"""Train a GPT in any value mode on token shards: on a laptop CPU, one GPU, or several (torchrun).
 
     python train.py                                  # the CPU quickstart (prepares data if needed)
     python train.py --value_mode=vanilla             # any setting: --key=value (--help lists them)
     python train.py config/gpt2_124m.py              # a preset, then overrides
     python train.py --resume --max_iters=8000        # continue out_dir/ckpt.pt exactly, further
     torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m.py   # 8 GPUs, same step
-
-It reads top to bottom: the settings, the learning-rate schedule, then train(): where it runs,
-the data, the model, the loop with the training step, the final number. Below the banner at the
-end are helpers a first reading can skip (batches, evaluation, checkpoints, resuming, the log).
 """
 import bisect
 import contextlib
@@ -28,14 +23,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
 from configurator import (COUNT, POSITIVE, ConfigError, above, at_least, between, defaults,
-                          describe_device, given_keys, gpu_peak_flops, one_of, parse_args, plural,
-                          run_main, setup_device)
+    given_keys, gpu_peak_flops, one_of, parse_args, plural, run_main, setup_device)
 from model import GPT, VALUE_MODES, GPTConfig
 
-# The settings, name=(default, meaning[, check]). The defaults are the CPU quickstart
-# (config/quickstart.py spells them out): a small byte-level ResFormer on Shakespeare's plays.
+# The settings, name=(default, meaning[, check]); the defaults are config/quickstart.py's.
 SETTINGS = dict(
-    # I/O
     out_dir=("out", "folder for ckpt.pt and log.jsonl"),
     eval_interval=(500, "evaluate (and save a checkpoint) every this many steps", POSITIVE),
     log_interval=(100, "print and log the training loss every this many steps", POSITIVE),
@@ -45,7 +37,6 @@ SETTINGS = dict(
     seed=(1337, "seed of the initial weights and of the order of the training batches",
           between(0, 2**63 - 1)),  # (torch's seeds)
     nudge=(0, "nonzero: each initial weight one float32 step up or down (a seeded coin)", COUNT),
-    # data
     dataset=(data.DEFAULT_DATASET, "data/<dataset>/ from prepare.py, or a path to such a folder"),
     batch_size=(12, "sequences per micro-step", POSITIVE),
     block_size=(64, "tokens per sequence (the model's context length)", POSITIVE),
@@ -64,7 +55,7 @@ SETTINGS = dict(
     learnable_lambda=(False, "resformer: learn (lambda_1, lambda_2) per layer, from the above"),
     lambda_lr_scale=(1.0, "mixing weights (e.g. learned lambdas): their lr as a multiple of the "
                           "weights'", at_least(0.0)),
-    # AdamW, and the schedule: a linear warmup, then a cosine down to min_lr at lr_decay_iters
+    # AdamW, and the schedule (get_lr): a linear warmup, then a cosine down to min_lr
     learning_rate=(3e-3, "peak learning rate", above(0.0)),
     max_iters=(6000, "optimizer steps in all", COUNT),
     weight_decay=(0.1, "AdamW weight decay (of the matrices: model.py's parameter_groups)",
@@ -75,7 +66,6 @@ SETTINGS = dict(
     warmup_iters=(100, "linear warmup steps (clipped to the run)", COUNT),
     lr_decay_iters=(0, "step where the cosine reaches min_lr (0 = max_iters)", COUNT),
     min_lr=(3e-4, "final learning rate (at most learning_rate)", at_least(0.0)),
-    # system
     device=("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps"),
     dtype=("auto", "auto (bfloat16 where the GPU has it natively, float16 with loss scaling on "
                    "older CUDA GPUs, else float32), float32, bfloat16, float16"),
@@ -85,7 +75,6 @@ ACTIONS = ("resume", "overwrite")  # what a command does, not what a run is
 USAGE = "usage: python train.py [config/preset.py ...] [--key=value ...]"
 
 
-# The learning rate: linear warmup, then a cosine from learning_rate down to min_lr.
 def decay_end(cfg):
     return cfg.lr_decay_iters or cfg.max_iters  # 0 means: at the last step
 
@@ -105,22 +94,18 @@ def get_lr(it, cfg):
 
 
 def training_step(model, optimizer, scaler, batches, grad_accum, grad_clip, autocast):
-    """One AdamW step on grad_accum micro-batches (bench.py times this very step); returns the
-    last micro-batch's loss."""
+    """One AdamW step on grad_accum micro-batches (bench.py times this very step); the last loss."""
     for micro_step in range(grad_accum):
-        # Under DDP each backward() would average the gradients over the processes; only the sum
-        # of all micro-steps is needed, so all but the last skip the exchange (no_sync).
+        # DDP averages gradients over processes in backward(): only the last micro-step needs it.
         last = micro_step == grad_accum - 1
         with model.no_sync() if isinstance(model, DDP) and not last else contextlib.nullcontext():
             x, y = batches.next()
             with autocast:
                 _, loss = model(x, y)
-            # The micro-steps' gradients add up in .grad, but the loss we train on is their
-            # mean: so each micro-step's loss is divided by their number before backward().
+            # .grad sums the micro-steps' gradients: each loss / their number makes that the mean.
             scaler.scale(loss / grad_accum).backward()
     if grad_clip > 0:
-        # Under fp16 the gradients still carry the scaler's factor: divide it out first, so
-        # that the clipping threshold applies to the true gradient norm.
+        # fp16: gradients carry the scaler's factor; divide it out so clipping sees the true norm.
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     scaler.step(optimizer)  # AdamW's update (fp16: skipped if a gradient is not finite)
@@ -130,18 +115,15 @@ def training_step(model, optimizer, scaler, batches, grad_accum, grad_clip, auto
 
 
 def train(cfg, given=None):
-    """One training run; returns what it measured and the trained model (tests read it). given:
-    the settings the command line named, which --resume changes (None: all)."""
-    # Where it runs. Under torchrun every process runs this file; RANK says which one it is and
-    # WORLD_SIZE how many there are. Rank 0 alone prints and writes files.
+    """One run: returns its numbers and model. given: the settings typed, which --resume changes."""
+    # Under torchrun each process runs this file (RANK: which, WORLD_SIZE: how many); rank 0 writes.
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     check(cfg, world)
     device, dtype, autocast = setup_device(cfg.device, cfg.dtype)
     data_dir = data.dataset_dir(cfg.dataset)
     if cfg.dataset == data.DEFAULT_DATASET and not cfg.resume:  # the plays, on first use:
         data.prepare_default(data_dir, wait=rank != 0)  # rank 0 tokenizes, the others wait
-    # a missing dataset fails here, before out_dir (a resume's: the checkpoint's, below)
-    identity = None if cfg.resume else data.data_identity(data_dir)
+    identity = None if cfg.resume else data.data_identity(data_dir)  # missing data fails here
     with contextlib.ExitStack() as held:  # what the run holds, let go however it ends
         held.enter_context(locked(cfg.out_dir, rank))  # out_dir is this run's until it ends
         ckpt, changes = checkpoint_to_resume(cfg), {}
@@ -156,22 +138,18 @@ def train(cfg, given=None):
             dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
             held.callback(end_process_group)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        # One step: grad_accum micro-steps of batch_size x block_size tokens in each process.
-        grad_accum = cfg.gradient_accumulation_steps // world or 1
+        grad_accum = cfg.gradient_accumulation_steps // world or 1  # micro-steps per process
         tokens_per_step = cfg.batch_size * cfg.block_size * grad_accum * world
         log = Log(cfg.out_dir, rank == 0, resume_at=ckpt and ckpt["iter_num"])
 
-        # The data: random windows of the train split (each process its own stream), and fixed
-        # windows of both splits for the loss estimates, the same at every evaluation.
+        # The data: random train windows (a stream per process), fixed ones for the loss estimates.
         meta = data.load_meta(data_dir)
         splits = {split: [data.read_shard(p, meta["vocab_size"]) for p in
                           data.list_shards(data_dir, split)] for split in ("train", "val")}
         batches = Batches(splits["train"], cfg, rank_seed(cfg.seed, rank), "train", device)
-        fixed = {split: Batches(shards, cfg, 1234, split, device)
-                 for split, shards in splits.items()}
+        fixed = {s: Batches(shards, cfg, 1234, s, device) for s, shards in splits.items()}
 
-        # The model and AdamW, fresh or as the checkpoint left them. The same seed in every
-        # process gives them all the same initial weights.
+        # The model and AdamW, fresh or resumed: the same seed gives every process the same weights.
         torch.manual_seed(cfg.seed)
         vocab = -(-meta["vocab_size"] // 64) * 64  # padded to a multiple of 64: faster matmuls
         raw_model = GPT(GPTConfig.from_dict({**vars(cfg), "vocab_size": vocab}))
@@ -195,16 +173,13 @@ def train(cfg, given=None):
             optimizer.load_state_dict(ckpt["optimizer"])
             record.update({k: ckpt.get(k) for k in ("iter_num", "best_val_loss", "val_loss")})
             restore_rng(ckpt, batches, rank, world, cfg.out_dir)
-        ckpt, iter_num = None, record["iter_num"]  # the checkpoint's memory can go
-        start_iter = iter_num
+        ckpt, iter_num, start_iter = None, record["iter_num"], record["iter_num"]  # ckpt: freed
         model = torch.compile(raw_model) if cfg.compile else raw_model
         if world > 1:  # DDP averages the gradients of all processes inside backward()
             model = DDP(model, device_ids=[device] if device.startswith("cuda") else None)
-        # fp16 needs the loss scaled up, so that small gradients do not round to zero (for bf16
-        # and fp32 the scaler is off, and its calls do nothing)
+        # fp16 needs the loss scaled up so small gradients do not round to zero (bf16, fp32: off)
         scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
-        # MFU (nanoGPT's log shows it too): the FLOP/s achieved per GPU over its 16-bit peak;
-        # none for a GPU missing from the peak table, or on the CPU
+        # MFU: the FLOP/s achieved per GPU over its 16-bit peak (none on the CPU or an unknown GPU)
         peak = gpu_peak_flops(torch.cuda.get_device_name(device) if device.startswith("cuda")
                               else device, dtype)
         announce(log, cfg, changes, raw_model, iter_num, (device, dtype),
@@ -213,8 +188,7 @@ def train(cfg, given=None):
         evals, t_start = [], time.time()
         t0, timed_from = t_start, iter_num  # the clock of the steps since the last log line
         while True:
-            # Every eval_interval steps and at the end: the loss on the fixed windows, then a
-            # checkpoint with everything an exact resume needs.
+            # Every eval_interval steps and at the end: the loss, and a checkpoint for exact resume.
             at_end = iter_num >= cfg.max_iters
             if (iter_num % cfg.eval_interval == 0 or at_end) and (iter_num > start_iter
                                                                  or iter_num == 0):
@@ -227,8 +201,7 @@ def train(cfg, given=None):
                 evals[-1].update({"mixing": mixing} if mixing else {})
                 log({"kind": "eval", **evals[-1]}, f"step {iter_num}: train loss "
                     f"{losses['train']:.4f}, val loss {losses['val']:.4f}{mixing_line(mixing)}")
-                if not math.isfinite(losses["val"]):
-                    diverged(log, iter_num, cfg.out_dir)
+                stop_if_diverged(losses["val"], log, iter_num, cfg.out_dir)
                 if iter_num > start_iter:
                     record["iter_num"] = iter_num
                     save_checkpoint(cfg.out_dir, record, raw_model, optimizer, batches, world)
@@ -236,8 +209,7 @@ def train(cfg, given=None):
             if at_end:
                 break
 
-            # The training step. Each parameter group steps at the scheduled lr times its own
-            # lr_scale (1, but for the mixing weights, such as learned lambdas).
+            # The training step, each parameter group at the scheduled lr x its own lr_scale.
             lr = get_lr(iter_num, cfg)
             for group in optimizer.param_groups:
                 group["lr"] = lr * group["lr_scale"]
@@ -247,13 +219,11 @@ def train(cfg, given=None):
 
             if iter_num % cfg.log_interval == 0 or iter_num == cfg.max_iters:
                 lossf = mean_over_processes(loss.detach(), world)  # a GPU sync: here only
-                if not math.isfinite(lossf):  # all processes have the same mean: all stop at once
-                    diverged(log, iter_num, cfg.out_dir)
+                stop_if_diverged(lossf, log, iter_num, cfg.out_dir)  # every process: the same mean
                 dt = (time.time() - t0) / (iter_num - timed_from)
                 eta = round((time.time() - t_start) / (iter_num - start_iter)
                             * (cfg.max_iters - iter_num))  # whole seconds: never "5m60s"
-                mfu = peak and raw_model.estimate_mfu(tokens_per_step / dt / world, peak,
-                                                      cfg.block_size)
+                mfu = peak and raw_model.estimate_mfu(tokens_per_step / dt / world, peak)
                 log({"kind": "train", "iter": iter_num, "loss": lossf, "lr": lr,
                      "ms_per_step": 1000 * dt, "tokens_per_sec": tokens_per_step / dt,
                      **({"mfu": mfu} if mfu else {})},
@@ -285,12 +255,10 @@ def main(argv):
                                 f"--resume --out_dir={cfg.out_dir}" if at else "no checkpoint yet")
 
 
-# -----------------------------------------------------------------------------
-# Below: what train() uses that a first reading can skip.
+# ---- below: what train() uses, which a first reading can skip ----
 
 def check(cfg, world=1):
-    """The settings that only make sense together (world: torchrun's processes); a model shape
-    model.py refuses fails here."""
+    """Settings that only make sense together (world: torchrun's processes), and the model's."""
     if cfg.min_lr > cfg.learning_rate:
         raise ConfigError(f"--min_lr={cfg.min_lr}: must be at most learning_rate "
                           f"({cfg.learning_rate})")
@@ -312,24 +280,20 @@ def settings_of(cfg):
 
 
 def rank_seed(seed, rank):
-    """Process rank's seed: rank 0 the seed itself (so one process is the plain run), each other
-    rank one of its own from a SeedSequence of (seed, rank), which no plain seed's stream
-    repeats (seed + rank would: rank 1 of seed s would replay seed s + 1)."""
+    """Rank 0's seed is the seed (one process is the plain run); another rank's, from SeedSequence
+    (seed, rank), is no plain seed's (with seed + rank, rank 1 of seed s would replay s + 1)."""
     return seed if rank == 0 else int(np.random.SeedSequence([seed, rank]).generate_state(
         1, np.uint64)[0] >> 1)
 
 
 class Batches:
-    """(x, y) batches of random windows of block_size + 1 tokens from a split's shards, drawn by a
-    seeded generator whose state a checkpoint keeps, on `device`. The fixed windows of the loss
-    estimates are such batches too, their generator reset before each estimate."""
+    """(x, y) batches of random windows from a split's shards, by a generator a checkpoint keeps."""
 
     def __init__(self, shards, cfg, seed, split, device="cpu"):
         self.shards, self.B, self.T, self.device = shards, cfg.batch_size, cfg.block_size, device
         self.seed, self.generator = seed, torch.Generator().manual_seed(seed)
-        # (A shard's very last window is never drawn: its count is one short of nanoGPT's. A
-        # fix would change every run's batches, so every committed record; left as it is.)
-        # the windows that start in each shard, numbered across all of them (bisect finds one)
+        # The windows that start in each shard, numbered across all (bisect finds one). A shard's
+        # last window is never drawn, one short of nanoGPT: a fix would change every record.
         self.windows = [max(len(s) - self.T - 1, 0) for s in shards]
         self.ends = list(itertools.accumulate(self.windows))
         if self.ends[-1] < 1:
@@ -356,8 +320,7 @@ class Batches:
 
 @torch.no_grad()  # measuring needs no gradients: no graph is kept, which saves memory and time
 def estimate_loss(model, fixed, eval_iters, autocast):
-    """The mean loss over eval_iters fixed batches per split (every process the same: the same
-    weights, the same windows). model.eval() turns dropout off: it measures the model itself."""
+    """Mean loss over eval_iters fixed batches per split; eval() turns dropout off for it."""
     model.eval()
     losses, device = {}, model.lm_head.weight.device
     for split, batches in fixed.items():
@@ -373,8 +336,7 @@ def estimate_loss(model, fixed, eval_iters, autocast):
 
 @torch.no_grad()
 def full_split_loss(model, shards, cfg, autocast, rank=0, world=1):
-    """(mean loss, tokens) over every token of a split once: consecutive windows of each shard,
-    the last one shorter, each token predicted from those before it in its window."""
+    """(mean loss, tokens) over every token of a split once, in consecutive windows per shard."""
     T, B, device = cfg.block_size, cfg.batch_size, model.lm_head.weight.device
     windows = [(tokens, s, min(T, len(tokens) - 1 - s))
                for tokens in shards for s in range(0, len(tokens) - 1, T)]
@@ -404,17 +366,16 @@ def mean_over_processes(value, world):
     return value.item()
 
 
-def diverged(log, iter_num, out_dir):
-    log({"kind": "diverged", "iter": iter_num})
-    raise ConfigError(f"the loss is not finite at step {iter_num}: stopped; the last good "
-                      f"checkpoint is {out_dir}/ckpt.pt (try a lower --learning_rate)")
+def stop_if_diverged(loss, log, iter_num, out_dir):
+    if not math.isfinite(loss):
+        log({"kind": "diverged", "iter": iter_num})
+        raise ConfigError(f"the loss is not finite at step {iter_num}: stopped; the last good "
+                          f"checkpoint is {out_dir}/ckpt.pt (try a lower --learning_rate)")
 
 
 @contextlib.contextmanager
 def locked(out_dir, rank):
-    """with locked(out_dir, rank): the folder is this run's, by an OS lock on the folder itself
-    that the OS drops when the process ends, however it ends (torchrun's other ranks share rank
-    0's folder and take none)."""
+    """with locked(out_dir, rank): out_dir is this run's, by a lock the OS drops however it ends."""
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:
@@ -433,8 +394,7 @@ def locked(out_dir, rank):
 
 
 def checkpoint_to_resume(cfg):
-    """The checkpoint --resume continues, None for a fresh run; a fresh run never replaces a
-    checkpoint unless --overwrite says so."""
+    """The checkpoint --resume continues, or None; a fresh run replaces one only if --overwrite."""
     path = os.path.join(cfg.out_dir, "ckpt.pt")
     if not cfg.resume and os.path.exists(path) and not cfg.overwrite:
         raise ConfigError(f"{cfg.out_dir} already holds a checkpoint: continue it with --resume, "
@@ -448,8 +408,7 @@ def end_process_group():
 
 
 def resumed(cfg, given, ckpt, world):
-    """(the checkpoint's settings with those given on the command line, the changes, the
-    identity of the data it goes on with); refused where the model's shape or the data changed."""
+    """(settings: the checkpoint's, changed where given; the changes; the data's identity)."""
     saved = {**vars(defaults(SETTINGS)), **ckpt["config"], **{k: getattr(cfg, k) for k in ACTIONS}}
     given = set(vars(cfg) if given is None else given) - set(ACTIONS)
     changes = {k: (saved[k], getattr(cfg, k)) for k in given if saved[k] != getattr(cfg, k)}
@@ -516,9 +475,7 @@ class Log:
 
 
 def announce(log, cfg, changes, model, iter_num, where, step):
-    """A resume's changes, the settings in effect (derived values filled in, the device and dtype
-    in where), where it runs, then in one line what is trained (step: processes, micro-steps,
-    tokens per step)."""
+    """First lines: a resume's changes, the settings in effect, where it runs, what it trains."""
     world, micro, tokens_per_step = step
     settings = {**settings_of(cfg), "warmup_iters": warmup_steps(cfg),
                 "lr_decay_iters": decay_end(cfg), "n_kv_head": model.config.kv_heads,
@@ -530,7 +487,9 @@ def announce(log, cfg, changes, model, iter_num, where, step):
             ": at max_iters already, nothing to train (to go further: --resume with a larger "
             "--max_iters)" if iter_num >= cfg.max_iters else ""))
     log(line="settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
-    log(line=f"running on {describe_device(*where)}")
+    gpu = f" ({torch.cuda.get_device_name(where[0])})" if where[0].startswith("cuda") else ""
+    log(line=f"running on {where[0]}{gpu} in {where[1]}" + " with loss scaling" * (
+        where[1] == "float16"))
     log({"kind": "config", "iter": iter_num, "settings": settings, "world": world,
          "num_params": model.num_params(), "tokens_per_step": tokens_per_step},
         f"{cfg.value_mode}: {model.num_params() / 1e6:.2f}M parameters, {tokens_per_step:,} "

@@ -72,26 +72,27 @@ def one_seed_verdict(results, compared, info, floor, unit):
                  f"{(n_cal - 1) / (n_cal + 1):.0%} of the time):\n" if n_cal else ":\n")]
     held, unsettled = [], []
     for name, r in compared.items():
-        d, seeds = r["paired"]["mean"], r.get("band_seeds")
+        d = r["paired"]["mean"]
         if r.get("band_source") == "seeds":
             lo, hi = r["band"]
             lines.append(f"- {name}: {d:+.3f}; on the other seeds {lo:+.3f} to {hi:+.3f}")
-            held += [f"{name}: {h}" for h in held_on_every_seed(r, results["vanilla"])]
+            shown = held_on_every_seed(r, results["vanilla"])
+            held += [f"{name}: " + " and ".join(shown)] if shown else []
             unsettled += [name] if lo <= 0 <= hi else []
         else:
             lines.append(f"- {name}: {d:+.3f}; no other seeds of this setting to show beside it"
                          f" (another seed can move it much further than rounding does)")
     base = results["vanilla"]["kv_cache_bytes_per_token"]
-    held += [f"{name}: a KV cache of {r['kv_cache_bytes_per_token']:,} bytes per token against "
+    cache = [f"{name}'s KV cache: {r['kv_cache_bytes_per_token']:,} bytes per token against "
              f"vanilla's {base:,} ({Fraction(r['kv_cache_bytes_per_token'], base)}, exact)"
              for name, r in compared.items() if r["kv_cache_bytes_per_token"] != base]
-    if n_cal:
-        lines.append(f"\nWhat held on all {n_cal + 1} seeds: " + ("; ".join(held) or "nothing")
-                     + ". " + (f"The final loss of {', '.join(unsettled)} is not settled at "
-                               f"this length: lower on some seeds, higher on others."
-                               if unsettled else ""))
-    elif held:
-        lines.append("\nWhat holds on any seed: " + "; ".join(held) + ".")
+    if n_cal:  # (held needs the calibration: it is empty without one)
+        lines.append(f"\nWhat held on all {n_cal + 1} seeds, at {info.get('steps', 'these')} "
+                     f"steps: " + ("; ".join(held) or "nothing about the loss") + "." + (
+                         f" The final loss of {', '.join(unsettled)} is not settled at this "
+                         f"length: lower on some seeds, higher on others." if unsettled else ""))
+    if cache:
+        lines.append("\nWhat holds on any seed: " + "; ".join(cache) + ".")
     if floor is not None:
         lines.append(f"\nRounding alone (vanilla with its initial weights nudged one float32 "
                      f"step, one draw on this seed) moved the final loss by {floor:.4f}: what "

@@ -381,16 +381,3 @@ def test_training_only_settings_are_not_bench_settings(capsys):
     bench.main([GPT2, "--parts=cache", "--json_out=", "--threads=1", "--device=cpu",
                 "--kv_heads=12"])
     assert ", 1 thread\n" in capsys.readouterr().out
-
-
-def test_a_long_cpu_run_says_what_it_times_and_roughly_how_long():
-    def plan(argv):
-        return bench.plan(resolved(argv), "cpu")
-    gpt2 = plan([GPT2])
-    assert f"timing per mode ({', '.join(MODES)}): " in gpt2
-    assert "3 + 20 training steps of 4 x 32 x 1024 tokens" in gpt2
-    assert "decoding 32 tokens" in gpt2
-    assert re.search(r"on this CPU that is roughly [\d,]+ min: at this size bench.py is meant "
-                     r"for a GPU", gpt2), gpt2
-    assert "meant for a GPU" not in plan(TINY) and "meant for a GPU" not in plan(
-        [GPT2, "--parts=cache"])

@@ -141,7 +141,7 @@ def test_tiny_comparison_writes_everything(tiny):
     assert tiny.results["info"]["trained_on"] == {runs.hardware("cpu"): 17}
     assert "the runs trained on" not in md and md.count(runs.hardware("cpu")) == 1
     for png in ("loss.png", "attention_entropy.png", "similarity.png", "mixing.png",
-                "attention_maps.png", "size_curve.png"):
+                "size_curve.png"):
         assert (out / png).is_file() == _has_matplotlib()
     assert not (out / "lambdas.png").exists()
     if _has_matplotlib():  # the live picture's path, said once, before the first run starts
@@ -492,7 +492,6 @@ def test_without_matplotlib_tables_are_still_written(data_dir, tmp_path, capsys,
         print("(the runs train)")
         return runs_train(grid, 1, 1, 1)
     monkeypatch.setattr(compare, "run_grid", run_grid)
-    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
     out = tmp_path / "cmp"
     assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1337",
                                 "--modes=vanilla,resformer"]) == 0
@@ -707,7 +706,7 @@ def test_one_variant_without_vanilla_shorter_than_log_interval(data_dir, tmp_pat
     assert "the same peak learning rate, 0.0085" in md
     summary = json.load(open(out / "resformer_seed1337" / "summary.json"))
     assert math.isfinite(summary["tokens_per_sec"]) and summary["tokens_per_sec"] > 0
-    assert (out / "attention_maps.png").is_file() == _has_matplotlib()
+    assert (out / "loss.png").is_file() == _has_matplotlib()
 
 
 def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tmp_path):
@@ -781,7 +780,6 @@ def test_the_less_data_variant_says_what_it_is(data_dir, tmp_path, monkeypatch):
         return 2.0, [{"iter": 0, "tokens": 0, "val_loss": 5.0},
                      {"iter": cfg["max_iters"], "tokens": 64 * cfg["max_iters"], "val_loss": 2.1}]
     monkeypatch.setattr(compare, "run_grid", stand_in(losses))
-    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
     assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1,2",
                                 "--modes=vanilla,resformer", "--less_data=0.85",
                                 "--max_iters=200", "--eval_interval=20"]) == 0
@@ -853,7 +851,6 @@ def test_leaving_the_plateau_is_measured_per_seed_and_paired(data_dir, tmp_path,
                       "val_loss": 2.0 if at is not None and i >= at else 3.2}
                      for i in range(0, 201, 20)]
     monkeypatch.setattr(compare, "run_grid", stand_in(losses))
-    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
     assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1,2",
                                 "--modes=vanilla,resformer", "--less_data=0"]) == 0
     results = json.load(open(tmp_path / "results.json"))["modes"]
@@ -870,7 +867,6 @@ def test_tune_brackets_each_variant_and_compares_at_each_optimum(data_dir, tmp_p
     calls = []
     monkeypatch.setattr(compare, "run_grid", fake_runs({"vanilla": 0.01, "resformer": 0.02},
                                                        calls))
-    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
     assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--tune",
                                 "--tune_lrs=1e-3,2e-3,4e-3", "--tune_seeds=1,2", "--seeds=5,6",
                                 "--modes=vanilla,resformer", "--less_data=0.5"]) == 0
@@ -919,7 +915,6 @@ def test_tune_warns_when_the_best_is_the_grids_edge(data_dir, tmp_path, monkeypa
     found, 4e-3, is its edge, said in a WARNING line and in the search table; resformer's
     (2e-3) is bracketed and not warned about."""
     monkeypatch.setattr(compare, "run_grid", fake_runs({"vanilla": 0.1, "resformer": 2e-3}, []))
-    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
     assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--tune",
                                 "--tune_lrs=1e-3,1.41e-3,2e-3,2.83e-3,4e-3", "--tune_extend=0",
                                 "--tune_seeds=1,2", "--seeds=5,6", "--modes=vanilla,resformer",
@@ -939,7 +934,6 @@ def test_lrs_trains_each_named_variant_at_its_own_peak_lr(data_dir, tmp_path, mo
     calls = []
     monkeypatch.setattr(compare, "run_grid", fake_runs({"vanilla": 0.01, "resformer": 0.02,
                                                         "svformer": 0.01}, calls))
-    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
     args = TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=5",
                    "--modes=vanilla,resformer,svformer", "--less_data=0.5",
                    "--learning_rate=3e-3", "--min_lr=3e-4"]
@@ -1112,7 +1106,6 @@ def test_results_open_with_the_verdict_and_table_the_gap_along_the_run(data_dir,
         final = {"vanilla": 2.0, "resformer": 1.9, "svformer": 2.0}[cfg["value_mode"]]
         return final + cfg["seed"] / 1000 + 0.002 * cfg["nudge"], evals  # (nudged: the floor)
     monkeypatch.setattr(compare, "run_grid", stand_in(losses))
-    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
     args = TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1,2,3",
                    "--modes=vanilla,resformer,svformer", "--less_data=0", "--max_iters=200",
                    "--eval_interval=20"]
@@ -1210,7 +1203,6 @@ def test_one_seed_states_its_differences_and_own_lrs_are_named(data_dir, tmp_pat
     monkeypatch.setattr(compare, "run_grid", stand_in(lambda cfg: (
         {"vanilla": 2.0, "svformer": 2.05}[cfg["value_mode"]],
         [{"iter": 0, "tokens": 0, "val_loss": 5.0}, {"iter": 2, "tokens": 10, "val_loss": 2.5}])))
-    monkeypatch.setattr(compare, "attention_map_data", lambda grid, summaries, names: {})
     assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1337",
                                 "--modes=vanilla,svformer", "--less_data=0",
                                 "--lrs=vanilla=3e-3,svformer=3e-3"]) == 0
@@ -1232,3 +1224,93 @@ def test_one_seed_states_its_differences_and_own_lrs_are_named(data_dir, tmp_pat
     md = (tmp_path / "b" / "results.md").read_text()
     assert ("\nEach variant at its own peak learning rate (vanilla 0.003, svformer 0.002) (named "
             "by --lrs for vanilla; svformer at the preset's learning_rate).\n") in md
+
+
+# ---- issue 45: one seed with what other seeds did; issue 46: compare's traps ----
+
+def test_a_one_seed_difference_is_shown_with_where_other_seeds_put_it(data_dir, tmp_path):
+    """--calibration: a folder with this setting's runs on other seeds. For each variant the
+    band at the end (results.json's band, band_source "seeds", the picture's shading) is those
+    seeds' lowest to highest difference, never narrower; a variant whose runs there have other
+    settings gets none, said in one line, and its band is rounding's."""
+    common = TINY + [f"--dataset={data_dir}", "--modes=vanilla,svformer", "--lrs=",
+                     "--less_data=0"]
+    assert compare.main(common + [f"--out_dir={tmp_path / 'cal'}", "--seeds=1,2,3",
+                                  "--noise_floor=0"]) == 0
+    cal = json.load(open(tmp_path / "cal" / "results.json"))["modes"]["svformer"]["paired"]
+    assert compare.main(common + [f"--out_dir={tmp_path / 'one'}", "--seeds=7",
+                                  f"--calibration={tmp_path / 'cal'}"]) == 0
+    r = json.load(open(tmp_path / "one" / "results.json"))["modes"]["svformer"]
+    assert r["band_source"] == "seeds" and r["band_seeds"] == [1, 2, 3]
+    assert r["band"] == [min(cal["differences"]), max(cal["differences"])]
+    md = (tmp_path / "one" / "results.md").read_text()
+    assert f"- svformer: {r['paired']['mean']:+.3f}; on the other seeds " \
+           f"{r['band'][0]:+.3f} to {r['band'][1]:+.3f}" in md
+    assert "where the same difference fell on 3 other seeds" in md and "50% of the time" in md
+    # another setting (here 3 steps, not 2) is not this setting's spread: not used
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert compare.main(common + [f"--out_dir={tmp_path / 'other'}", "--seeds=7",
+                                      "--max_iters=3", f"--calibration={tmp_path / 'cal'}"]) == 0
+    r = json.load(open(tmp_path / "other" / "results.json"))
+    assert r["modes"]["svformer"]["band_source"] == "rounding"
+    assert "holds a run with other settings (max_iters: 2 there, 3 now" in \
+        r["info"]["calibration"]["unused"]["vanilla"]
+
+
+def test_the_demo_band_is_the_recorded_seed_spread():
+    """The demo's preset names a calibration committed in docs/results: every variant of the
+    demo finds its runs there, and the band the demo draws is exactly those seeds' spread (a
+    band narrower than the recorded spread fails here), wider than rounding alone."""
+    preset = configurator.read_preset(str(Path(compare.__file__).parent / "config" / "demo.py"))
+    cfg = vars(configurator.load_config(compare.SETTINGS, [
+        str(Path(compare.__file__).parent / "config" / "demo.py")], "compare.py"))
+    modes = compare.add_less_data(compare.own_lrs(compare.parse_modes(cfg["modes"]), cfg), cfg)
+    root = Path(compare.__file__).parent
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        cal = compare.calibrated(cfg, modes, compare.parse_seeds(cfg["seeds"]))
+    finally:
+        os.chdir(cwd)
+    assert cal["folder"] == preset["calibration"] and len(cal["seeds"]) >= 6 and not cal["unused"]
+    assert set(cal["modes"]) == {n for n, _ in modes} - {"vanilla"}
+    for name, c in cal["modes"].items():
+        finals = {}
+        for seed in cal["seeds"]:  # straight from the committed records
+            for variant in ("vanilla", name):
+                path = root / preset["calibration"] / compare.build_grid(
+                    cfg, [(variant, dict(modes)[variant])], [seed], [("", {})], "")[0][1][
+                    "out_dir"] / "summary.json"
+                finals[variant, seed] = json.load(open(path))["val_loss_full"]
+        spread = [finals[name, s] - finals["vanilla", s] for s in cal["seeds"]]
+        results = {"vanilla": {"seeds": [1337]},
+                   name: {"paired": analysis.paired_stats([0.0]), "seeds": [1337]}}
+        analysis.bands(results, cal)
+        assert results[name]["band"] == [min(spread), max(spread)]
+        assert max(spread) - min(spread) > 0.03  # far wider than a nudge moves a 250-step run
+
+
+def test_compares_traps_for_a_student(data_dir, tmp_path, capsys):
+    """A mode named in VALUE_MODES is that mode whatever its name ends with (a student's
+    'gated_kv2' was read as gated with 2 KV heads); a noise floor on more seeds than there are
+    is refused, not cut to fit; the floor's settings are its name's; a preset named on the
+    command line no longer brings compare.py's old defaults (ResFormer on 85% of the tokens)."""
+    import model as model_module
+    model_module.VALUE_MODES["gated_kv2"] = "a student's mode"
+    try:
+        (name, settings), = compare.parse_modes("gated_kv2")
+        assert settings["value_mode"] == "gated_kv2" and settings["n_kv_head"] == 0
+    finally:
+        del model_module.VALUE_MODES["gated_kv2"]
+    assert compare.parse_modes("svformer_kv2")[0][1]["n_kv_head"] == 2
+    assert dict(compare.parse_modes(analysis.FLOOR))[analysis.FLOOR]["nudge"] == 1
+    with pytest.raises(ConfigError, match="--noise_floor=2: the floor is trained on that many "
+                                          "of the seeds, and --seeds names 1"):
+        compare.main(TINY + [f"--dataset={data_dir}", "--seeds=1", "--noise_floor=2"])
+    quickstart = str(Path(compare.__file__).parent / "config" / "quickstart.py")
+    assert compare.main([quickstart, f"--dataset={data_dir}", f"--out_dir={tmp_path}",
+                         "--plan", "--max_iters=2"]) == 0
+    planned = capsys.readouterr().out
+    assert "--max_iters=2 " in planned and "--max_iters=1 " not in planned  # no 85% run
+    assert planned.count("python train.py") == len(compare.SETTINGS["modes"][0].split(",")) * 3 + 1

@@ -118,10 +118,10 @@ def test_text_settings_keep_the_text_as_typed():
     assert load_config(SETTINGS, ["--value_mode=0x10,2"]).value_mode == "0x10,2"
 
 
-# What no value of sample.py's checked settings may be: out of range, or not a number where the
-# default is None (top_p). Every numeric setting must have a check and a row here.
+# What no value of sample.py's checked settings may be: out of range, or not a number. Every
+# numeric setting must have a check and a row here.
 IMPOSSIBLE = {"num_samples": ["0", "-3"], "max_new_tokens": ["-1"], "temperature": ["-0.5"],
-              "top_k": ["0", "-1"], "top_p": ["0", "1.5", "high"], "seed": ["-1", str(2**64)]}
+              "top_k": ["0", "-1"], "seed": ["-1", str(2**64)]}
 
 
 def test_every_numeric_sample_setting_has_a_check_and_a_row_of_impossible_values():
@@ -144,9 +144,9 @@ def test_an_impossible_sample_setting_is_one_line(key, monkeypatch):
         assert message.startswith(f"error: --{key}=") and "\n" not in message, message
         assert message.endswith(f"{value}: must be {sample.SETTINGS[key][2][1]}"), message
     # the edges of what is allowed are allowed
-    ok = load_config(sample.SETTINGS, ["--top_p=1", "--temperature=0", "--max_new_tokens=0",
-                                       "--top_k=None", "--top_p=None", f"--seed={2**64 - 1}"])
-    assert (ok.top_p, ok.temperature, ok.top_k, ok.seed) == (None, 0.0, None, 2**64 - 1)
+    ok = load_config(sample.SETTINGS, ["--temperature=0", "--max_new_tokens=0", "--top_k=None",
+                                       f"--seed={2**64 - 1}"])
+    assert (ok.temperature, ok.top_k, ok.seed) == (0.0, None, 2**64 - 1)
 
 
 def help_entries(stdout):

@@ -47,12 +47,6 @@ def made_up_results(n_layer, names=("vanilla", "resformer", "svformer")):
     return results
 
 
-def made_up_maps(n_layer, names=("vanilla", "resformer", "svformer"), T=64):
-    layers = sorted({0, n_layer // 2, n_layer - 1})
-    uniform = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
-    return {name: [(i + 1, uniform) for i in layers] for name in names}
-
-
 def inside(fig, *artists):
     """Are the artists wholly on the picture (drawn once, as savefig draws it)?"""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -73,48 +67,9 @@ def legend_of(ax):
 
 
 @pytest.mark.parametrize("n_layer", [2, 4, 16])
-def test_attention_maps_fit_show_every_variant_and_a_colour_scale(tmp_path, figures, n_layer):
-    """Issue 22: at 2 layers the title was cut at both edges, SVFormer was missing, and there
-    was no colour scale. The titles name each variant as a class reads it (plots.label)."""
-    plots.attention_maps(plots.pyplot(), str(tmp_path), made_up_maps(n_layer))
-    fig = figures[-1]
-    titles = [ax.get_title() for ax in fig.axes]
-    assert inside(fig, fig._suptitle, *(ax.title for ax in fig.axes if ax.get_title())), titles
-    assert f"SVFormer\nlayer {n_layer}" in titles and "vanilla\nlayer 1" in titles
-    assert "ResFormer\nlayer 1" in titles
-    scales = [ax for ax in fig.axes if "attention weight" in ax.get_ylabel()]
-    assert len(scales) == 1  # one colour bar for every map: they share vmin/vmax
-    assert [t.get_text() for t in scales[0].get_yticklabels()][-1] == "1"
-
-
-def test_attention_map_data_takes_every_variant_asked_for(tmp_path):
-    data_dir = prepare.prepare(configurator.defaults(prepare.SETTINGS, name="t",
-                                                     out_root=str(tmp_path), quiet=True),
-                               documents=["To be, or not to be.\n" * 40] * 10)
-    grid, summaries = [], {}
-    for mode in ("vanilla", "resformer", "svformer", "value_embed"):
-        out_dir = tmp_path / mode
-        os.makedirs(out_dir)
-        model_args = dict(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=320,
-                                    value_mode=mode).__dict__)
-        torch.save({"format": CHECKPOINT_FORMAT, "model_args": model_args,
-                    "model": GPT(GPTConfig(**model_args)).state_dict()}, out_dir / "ckpt.pt")
-        grid.append(((mode, 1, ""), {"out_dir": str(out_dir), "dataset": data_dir,
-                                     "block_size": 16}))
-        summaries[mode, 1, ""] = {"status": "done"}
-    maps = compare.attention_map_data(grid, summaries,
-                                      ["vanilla", "resformer", "svformer", "value_embed"])
-    assert list(maps) == ["vanilla", "resformer", "svformer", "value_embed"]
-    assert [layer for layer, _ in maps["svformer"]] == [1, 2]
-    assert maps["svformer"][0][1].shape == (16, 16)
-    # a variant alone (no vanilla to pair with) still gets its maps
-    assert list(compare.attention_map_data(grid, summaries, ["svformer"])) == ["svformer"]
-
-
-@pytest.mark.parametrize("n_layer", [2, 4, 16])
 def test_bands_stay_within_what_the_measure_can_be(tmp_path, figures, n_layer):
     """Issue 22: the +-1 std band of the similarity went above 1, the largest cosine."""
-    plots.write_all(str(tmp_path), made_up_results(n_layer), {})
+    plots.write_all(str(tmp_path), made_up_results(n_layer))
     by_label = {ax.get_ylabel(): ax for fig in figures for ax in fig.axes}
     for label, (low, high) in (("how alike the tokens' hidden states are\n(mean pairwise cosine)",
                                 (-1, 1)),
@@ -131,7 +86,7 @@ def test_the_loss_picture_is_against_steps_and_token_axes_read_in_units(tmp_path
     """The loss picture's x-axis is steps, the tokens of one step in its label; where an axis is
     in tokens it reads in units, not with matplotlib's '1e6' offset (issue 22)."""
     results = made_up_results(4)
-    plots.write_all(str(tmp_path), results, {})
+    plots.write_all(str(tmp_path), results)
     loss = loss_picture(figures)
     assert loss.axes[-1].get_xlabel() == "step (2,048 tokens each)"
     assert list(loss.axes[0].lines[0].get_xdata()) == results["vanilla"]["steps"][1:]  # not 0
@@ -147,7 +102,7 @@ def test_the_loss_axis_starts_where_curves_compare_and_mixing_shows_its_start(tm
     results["resformer"]["mixing"] = {f"transformer.h.{i}.attn.value_lambdas": [0.6, 0.4]
                                       for i in (1, 2, 3)}
     results["resformer"]["escape"] = [[20, 40960], [40, 81920], None]
-    paths = plots.write_all(str(tmp_path), results, {}, escape_loss=2.9)
+    paths = plots.write_all(str(tmp_path), results, escape_loss=2.9)
     assert os.path.join(str(tmp_path), "mixing.png") in paths
     assert not (tmp_path / "lambdas.png").exists()
     loss = loss_picture(figures)
@@ -173,7 +128,7 @@ def test_the_difference_panel_is_not_squashed_by_the_first_evaluations(tmp_path,
     for name in ("resformer", "svformer"):
         results[name]["curves"] = [[v - (2.0 if i < 2 else 0.02) for i, v in enumerate(c)]
                                    for c in results["vanilla"]["curves"]]
-    plots.write_all(str(tmp_path), results, {})
+    plots.write_all(str(tmp_path), results)
     low, high = loss_picture(figures).axes[1].get_ylim()
     assert -0.03 < low < -0.02 and 0 < high < 0.01
 
@@ -184,7 +139,7 @@ def test_the_difference_panel_is_not_flattened_by_one_outlier(tmp_path, figures)
     results = made_up_results(4, names=("vanilla", "resformer"))
     results["resformer"]["curves"] = [[v + (1.0 if i == 20 else -0.02) for i, v in enumerate(c)]
                                       for c in results["vanilla"]["curves"]]
-    plots.write_all(str(tmp_path), results, {})
+    plots.write_all(str(tmp_path), results)
     bottom = loss_picture(figures).axes[1]
     low, high = bottom.get_ylim()
     assert -0.03 < low < -0.02 and 0 < high < 0.01
@@ -193,13 +148,11 @@ def test_the_difference_panel_is_not_flattened_by_one_outlier(tmp_path, figures)
 
 
 def test_without_vanilla_the_loss_picture_has_no_difference_panel(tmp_path, figures):
-    plots.write_all(str(tmp_path), made_up_results(4, ("resformer", "svformer")),
-                    made_up_maps(4, ("resformer", "svformer")))
+    plots.write_all(str(tmp_path), made_up_results(4, ("resformer", "svformer")))
     loss = loss_picture(figures)
     assert len(loss.axes) == 1
     texts = [ax.get_title() + ax.get_ylabel() for fig in figures for ax in fig.axes]
     assert not any("vanilla" in t for t in texts)
-    assert (tmp_path / "attention_maps.png").is_file()
 
 
 def test_shrunk_runs_keep_their_curves_inside_the_picture(tmp_path, figures):
@@ -211,7 +164,7 @@ def test_shrunk_runs_keep_their_curves_inside_the_picture(tmp_path, figures):
         r.update(seeds=[1, 2], steps=[0, 1, 2], tokens=[0, 64, 128], tokens_per_step=64,
                  curves=[[5.6, 5.5 - 0.01 * k + d, 5.45 - 0.01 * k + d] for d in (0, 0.02)],
                  escape=[None, None])
-    plots.write_all(str(tmp_path), results, {}, escape_loss=2.9)
+    plots.write_all(str(tmp_path), results, escape_loss=2.9)
     top = loss_picture(figures).axes[0]
     low, high = top.get_ylim()
     drawn = np.concatenate([line.get_ydata() for line in top.lines]
@@ -224,7 +177,7 @@ def test_shrunk_runs_keep_their_curves_inside_the_picture(tmp_path, figures):
 
 def test_titles_fit_the_pictures(tmp_path, figures):
     """No title is cut at the picture's edge: the per-layer measures' long titles wrap."""
-    plots.write_all(str(tmp_path), made_up_results(4), {})
+    plots.write_all(str(tmp_path), made_up_results(4))
     entropy = next(fig for fig in figures if "entropy" in fig.axes[0].get_ylabel())
     assert "\n" in entropy.axes[0].get_title()  # wrapped, not one long line
     for fig in figures:
@@ -250,7 +203,7 @@ def test_the_loss_legend_names_the_variants_in_words(tmp_path, figures):
              "resformer:max_iters=34")
     results = made_up_results(4, names=names)
     results["resformer:max_iters=34"]["note"] = "85% of the tokens"
-    plots.write_all(str(tmp_path), results, {})
+    plots.write_all(str(tmp_path), results)
     loss = loss_picture(figures)
     expected = ["vanilla", "ResFormer, λ = 2", "SVFormer, 1 KV head", "value embeddings",
                 "ResFormer, 85% of the tokens"]
@@ -439,7 +392,7 @@ def test_the_noise_floor_is_a_grey_band_in_the_difference_panel_not_a_line(tmp_p
     results = made_up_results(4, names=("vanilla", "resformer"))
     results["resformer"]["curves"] = [[v - 0.001 for v in c] for c in results["vanilla"]["curves"]]
     with_floor(results, [[0.004 if i % 2 == 0 else 0.001 for i in range(41)], [-0.002] * 41])
-    plots.write_all(str(tmp_path), results, {})
+    plots.write_all(str(tmp_path), results)
     top, bottom = loss_picture(figures).axes
     assert legend_of(top) == ["vanilla", "ResFormer"]
     assert len([line for line in top.lines if len(line.get_xdata()) > 1]) == 2
@@ -468,7 +421,7 @@ def test_each_seeds_difference_is_drawn_thin_beside_the_bold_mean(tmp_path, figu
     results = made_up_results(4, names=("vanilla", "resformer"))
     results["resformer"]["curves"] = [[v + d for v in c] for c, d in
                                       zip(results["vanilla"]["curves"], (-0.03, -0.01, 0.01))]
-    plots.write_all(str(tmp_path), results, {})
+    plots.write_all(str(tmp_path), results)
     bottom = loss_picture(figures).axes[1]
     drawn = [line for line in bottom.lines if len(line.get_xdata()) > 2]
     bold, *thin = drawn
@@ -482,7 +435,7 @@ def test_the_loss_axes_say_nats_per_byte_or_per_token(tmp_path, figures):
     """The loss is in nats per byte for the byte tokenizer: every axis that shows a loss says
     which (write_all's unit; 'token' where a caller does not say)."""
     results = made_up_results(4)
-    plots.write_all(str(tmp_path), results, {}, unit="byte")
+    plots.write_all(str(tmp_path), results, unit="byte")
     top, bottom = figures[0].axes
     assert top.get_ylabel() == "val loss (nats per byte)"
     assert bottom.get_ylabel() == "minus vanilla (nats per byte)"
@@ -492,7 +445,7 @@ def test_the_loss_axes_say_nats_per_byte_or_per_token(tmp_path, figures):
     plots.curve_figure(plt, str(tmp_path), size_results(), unit="byte")
     for fig in figures[-2:]:
         assert "nats per byte" in fig.axes[0].get_ylabel(), fig.axes[0].get_ylabel()
-    plots.write_all(str(tmp_path), results, {})
+    plots.write_all(str(tmp_path), results)
     assert figures[-3].axes[0].get_ylabel() == "val loss (nats per token)"
 
 
@@ -502,12 +455,12 @@ def test_one_seed_is_not_promised_a_band(tmp_path, figures):
     results = made_up_results(4, names=("vanilla", "resformer"))
     for r in results.values():
         r["seeds"], r["curves"] = r["seeds"][:1], r["curves"][:1]
-    plots.write_all(str(tmp_path), results, {})
+    plots.write_all(str(tmp_path), results)
     top, bottom = loss_picture(figures).axes
     assert "one seed" in top.get_title() and "band" not in top.get_title()
     assert not top.collections
     assert "one seed" in bottom.get_title() and "thin" not in bottom.get_title()
-    plots.write_all(str(tmp_path), made_up_results(4), {})
+    plots.write_all(str(tmp_path), made_up_results(4))
     assert "mean over 3 seeds, band = min-max" in loss_picture(figures[3:]).axes[0].get_title()
 
 
@@ -562,7 +515,7 @@ def test_legends_sit_outside_the_axes_and_read_from_the_back_of_a_room(tmp_path,
                                       for i in (1, 2, 3)}
     results["resformer"]["escape"] = [[20, 40960], [40, 81920], None]
     plt = plots.pyplot()
-    plots.write_all(str(tmp_path), results, {}, escape_loss=2.9)
+    plots.write_all(str(tmp_path), results, escape_loss=2.9)
     plots.lr_figure(plt, str(tmp_path), {"vanilla": {1e-3: [2.5], 2e-3: [2.2], 4e-3: [2.4]}})
     plots.curve_figure(plt, str(tmp_path), size_results())
     with_legend = 0

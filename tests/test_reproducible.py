@@ -148,7 +148,7 @@ def test_one_seed_shows_rounding_as_rounding_and_says_another_seed_moves_it_furt
     assert "one draw on this seed) moved the final loss by 0.0020" in text
     assert "another seed moves a difference much further" in text
     assert "a smaller difference is noise" not in text
-    assert "svformer: a KV cache of 192 bytes per token against vanilla's 256 (3/4, exact)" in text
+    assert "svformer's KV cache: 192 bytes per token against vanilla's 256 (3/4, exact)" in text
 
 
 def test_committed_records_are_reused_without_checkpoints(floored, tmp_path):
