@@ -480,6 +480,32 @@ def test_hooked_attention_is_what_the_model_attends_with():
         assert torch.allclose(y, out, atol=1e-5), mode
 
 
+def test_attention_is_measured_as_the_model_computed_it_after_a_students_edit(monkeypatch):
+    """Issue 46: the analysis recomputed q k^T from the layer's projection, so an edit that
+    changes q or k on the way (RoPE, QK-norm) went unseen. A student's line before the attention
+    call (here q rolled and scaled): the recorded weights still reproduce the layer's output."""
+    import inspect
+    import textwrap
+    source = textwrap.dedent(inspect.getsource(model.CausalSelfAttention.forward))
+    at = source.index("    y = F.scaled_dot_product_attention(")
+    source = source[:at] + "    q = torch.roll(q, 1, dims=-1) * 3.0  # the student's line\n" \
+        + source[at:]
+    namespace = dict(vars(model))
+    exec(source, namespace)
+    monkeypatch.setattr(model.CausalSelfAttention, "forward", namespace["forward"])
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=64)).eval()
+    x = torch.randint(64, (1, 10))
+    outputs = []
+    hook = gpt.transformer.h[1].attn.register_forward_hook(lambda m, a, out: outputs.append(out))
+    attention, _ = analysis.internals(gpt, x)
+    hook.remove()
+    out, value = outputs[-1]
+    y = attention[1] @ value
+    y = gpt.transformer.h[1].attn.c_proj(y.transpose(1, 2).reshape(1, 10, 16))
+    assert torch.allclose(y, out, atol=1e-5)
+
+
 def test_without_matplotlib_tables_are_still_written(data_dir, tmp_path, capsys, monkeypatch):
     """matplotlib is optional: the tables are written, and no live picture is promised or
     drawn. That there will be no pictures is said at once, before any run trains (not only
