@@ -21,6 +21,7 @@ applied to the training step only: the cache's growing length would recompile ev
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -188,7 +189,7 @@ def bench_train(cfg, device, dtype, autocast):
         k = i % len(cfg["modes"])  # rotate who goes first
         for mode in cfg["modes"][k:] + cfg["modes"][:k]:
             steps[mode].append(timers[mode].timeit(number=1))
-    peak_flops = (gpu_peak_flops(torch.cuda.get_device_name(device))
+    peak_flops = (gpu_peak_flops(torch.cuda.get_device_name(device), dtype)
                   if kind == "cuda" else None)
     for mode, r in results.items():
         measured = Measurement.merge(steps[mode])[0]
@@ -447,7 +448,7 @@ def print_targets(targets):
 
 GPU_CHECK_RUN = ["config/gpt2_124m.py", "--dataset=shakespeare_byte", "--max_iters=40",
                  "--warmup_iters=5", "--eval_interval=40", "--eval_iters=2", "--log_interval=10",
-                 "--gradient_accumulation_steps=2", "--overwrite"]  # GPT-2 small's shape, bytes
+                 "--batch_size=16", "--gradient_accumulation_steps=2"]  # GPT-2 small's shape, bytes
 
 
 def gpu_check(run=GPU_CHECK_RUN, gpus=None):
@@ -459,11 +460,13 @@ def gpu_check(run=GPU_CHECK_RUN, gpus=None):
         print("bench.py --gpu_check: no CUDA GPU here (torch sees none): nothing to check")
         return 0
     here, out = os.path.dirname(os.path.abspath(__file__)), "out-gpu-check"
+    for old in (out, f"{out}-ddp"):  # never read an earlier check's files as this one's
+        shutil.rmtree(os.path.join(here, old), ignore_errors=True)
     steps = [("train.py at GPT-2 small's shape, bf16, compile: step time and MFU",
               ["train.py", *run, f"--out_dir={out}"]),
              ("each mode's training step, side by side",
-              ["bench.py", *run[:1], "--parts=train", "--train_steps=10", "--compile=False",
-               "--json_out="]),
+              ["bench.py", *run[:2], "--batch_size=8", "--parts=train", "--train_steps=10",
+               "--compile=False", "--json_out="]),
              ("sample.py with the KV cache", ["sample.py", f"--out_dir={out}",
                                               "--num_samples=1", "--max_new_tokens=300"])]
     if gpus >= 2:
@@ -474,19 +477,19 @@ def gpu_check(run=GPU_CHECK_RUN, gpus=None):
     for what, args in steps:
         print(f"\n== {what}: python {' '.join(args)}", flush=True)
         verdicts.append((what, subprocess.run([sys.executable, *args], cwd=here).returncode == 0))
-    ckpt = data.load_checkpoint(os.path.join(here, out, "ckpt.pt"))
-    model = GPT.from_checkpoint(ckpt, "cuda" if torch.cuda.is_available() else "cpu")
-    T = min(256, model.config.block_size)
-    seq = torch.randint(model.config.vocab_size, (1, T), device=model.lm_head.weight.device)
-    error = cache_logit_error(model, seq, T // 2, str(seq.device))
-    verdicts.append((f"cached against uncached logits, float32: largest difference {error:.1e}",
-                     error <= LOGIT_TOLERANCE))
-    train_log = [r for r in map(json.loads, open(os.path.join(here, out, "log.jsonl")))
-                 if r["kind"] == "train"]
-    mfu = train_log[-1].get("mfu") if train_log else None
-    print(f"\ntrain.py's last step: {train_log[-1]['ms_per_step']:.0f} ms, MFU "
-          + (f"{100 * mfu:.1f}% (target on A100/H100-class GPUs: 45% or more)" if mfu else
-             "- (a GPU not in configurator.py's peak table)"))
+    if verdicts[0][1]:  # train.py made this check's checkpoint and log: read them
+        ckpt = data.load_checkpoint(os.path.join(here, out, "ckpt.pt"))
+        model = GPT.from_checkpoint(ckpt, "cuda" if torch.cuda.is_available() else "cpu")
+        T = min(256, model.config.block_size)
+        seq = torch.randint(model.config.vocab_size, (1, T), device=model.lm_head.weight.device)
+        error = cache_logit_error(model, seq, T // 2, str(seq.device))
+        verdicts.append((f"cached against uncached logits, float32: largest difference "
+                         f"{error:.1e}", error <= LOGIT_TOLERANCE))
+        last = [r for r in map(json.loads, open(os.path.join(here, out, "log.jsonl")))
+                if r["kind"] == "train"][-1]
+        print(f"\ntrain.py's last step: {last['ms_per_step']:.0f} ms, MFU " + (
+            f"{100 * last['mfu']:.1f}% (target on A100/H100-class GPUs: 45% or more)"
+            if last.get("mfu") else "- (a GPU not in configurator.py's peak table)"))
     for what, ok in verdicts:
         print(f"  {'ok    ' if ok else 'FAILED'} {what}")
     return 0 if all(ok for _, ok in verdicts) else 1
@@ -494,9 +497,11 @@ def gpu_check(run=GPU_CHECK_RUN, gpus=None):
 
 def main(argv):
     t_start = time.time()
-    if "--gpu_check" in argv or "--gpu_check=True" in argv:
-        return gpu_check()
     cfg = resolve(vars(parse_args(SETTINGS, argv, USAGE, "bench.py", ignored=UNUSED)))
+    if cfg["gpu_check"]:
+        if len(argv) > 1:
+            raise ConfigError("--gpu_check runs settings of its own: give it alone")
+        return gpu_check()
     # as train.py: float32 weights, bf16/fp16 compute under autocast
     # (the cache takes autocast's dtype)
     device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])

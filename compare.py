@@ -112,13 +112,13 @@ def parse_modes(text):
     modes = []
     for spec in parse_list(text):
         base_name, _, extra = spec.partition(":")
-        match = (re.match(r"^(\w+)()()$", base_name) if base_name in VALUE_MODES
-                 else MODE_RE.match(base_name))
-        if not match or match.group(1) not in VALUE_MODES:
+        match = MODE_RE.match(base_name)
+        if base_name not in VALUE_MODES and (not match or match.group(1) not in VALUE_MODES):
             raise ConfigError(f"unknown mode {spec!r}: use {', '.join(VALUE_MODES)} (model.py's "
                               "VALUE_MODES), optionally with _learnable (resformer), _kvN and "
                               ":key=value settings, e.g. svformer_kv1:n_layer=8")
-        base, learnable, kv = match.groups()
+        base, learnable, kv = ((base_name, None, None) if base_name in VALUE_MODES
+                               else match.groups())
         if learnable and base != "resformer":
             raise ConfigError(f"mode {spec!r}: _learnable applies to resformer only")
         modes.append((spec, dict(value_mode=base, learnable_lambda=bool(learnable),
@@ -410,8 +410,9 @@ def main(argv):
     for key, run in grid:
         unique.setdefault(run["out_dir"], (key, run))
     if cfg["plan"]:  # each run not finished yet as a shell command; nothing trains here
-        print("\n".join(line for _, run in unique.values()
-                         if (line := plan_line(run, cfg["threads"]))), end="")
+        for _, run in unique.values():
+            if line := plan_line(run, cfg["threads"]):
+                print(line)
         return 0
     spread = f" over {plural(gpus, 'GPU')}" if gpus else ""
     print(f"{plural(len(unique), 'run')} ({shape(unique, modes, seeds, cfg)}), "
@@ -439,7 +440,7 @@ def main(argv):
             r["note"] = plots.note(name, cfg["less_data"])
     bands(results, calibration)
     info = {"command": "python compare.py" + "".join(" " + a for a in argv if a != DEFAULT_PRESET),
-            "seeds": seeds, "hardware": hardware(device), "jobs": jobs, "threads": cfg["threads"],
+            "seeds": seeds, "hardware": hardware(device, gpus or 1), "jobs": jobs, "threads": cfg["threads"],
             # a reused run may have trained elsewhere: its numbers hold on the machine that did
             "trained_on": dict(collections.Counter(s.get("machine", "not recorded")
                                                    for s in done.values())),
@@ -521,12 +522,13 @@ def calibrated(cfg, modes, seeds):
             runs[name, seed] = finished(run, run["out_dir"])
         except (ConfigError, data.DataError) as e:  # other settings there: not this setting's
             unused[name] = str(e)
-        if runs.get((name, seed)) is None:
+        if (runs.get((name, seed)) or {}).get("status") != "done":  # missing, or diverged
             unused.setdefault(name, f"{run['out_dir']}: not finished there")
     out = {"folder": folder, "seeds": other, "command": info.get("command"), "modes": {},
            "unused": unused}
     for name, _ in modes:
-        if name == "vanilla" or name in unused or "vanilla" in unused or not other:
+        if name == "vanilla" or name in unused or "vanilla" in unused or not other \
+                or "vanilla" not in dict(modes):
             continue
         base = [runs["vanilla", s] for s in other]
         mine = [runs[name, s] for s in other]

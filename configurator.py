@@ -11,6 +11,7 @@ import ast
 import difflib
 import errno
 import os
+import re
 import sys
 import textwrap
 import time
@@ -280,10 +281,10 @@ GPU_PEAK_FLOPS = {
 
 
 def gpu_peak_flops(device_name, dtype="bfloat16"):
-    """16-bit peak FLOP/s for a name like 'NVIDIA H200' (its longest key), or None (float32 too)."""
+    """16-bit peak FLOP/s of 'NVIDIA H200' (its longest key, a whole word), else None (float32 too)."""
     return None if dtype == "float32" else next(
         (GPU_PEAK_FLOPS[n] for n in sorted(GPU_PEAK_FLOPS, key=len, reverse=True)
-         if n in device_name), None)
+         if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", device_name)), None)
 
 
 def run_main(main):

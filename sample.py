@@ -46,7 +46,7 @@ def sample(cfg, out=sys.stdout, err=sys.stderr):
     model = GPT.from_checkpoint(ckpt, device)
     tokenizer = data.get_tokenizer(ckpt["tokenizer"]["tokenizer"])
     print(f"loaded {cfg.out_dir}/ckpt.pt: {model.config.value_mode}, step {ckpt['iter_num']}, "
-          f"val loss {ckpt['val_loss']:.4f} there (fixed-window estimate)", file=err)
+          f"val loss {ckpt.get('val_loss') or ckpt['best_val_loss']:.4f} there (fixed-window)", file=err)
 
     # The prompt: --start, or FILE:path; empty starts a fresh document (an end-of-text token).
     text = cfg.start or ""
@@ -59,8 +59,7 @@ def sample(cfg, out=sys.stdout, err=sys.stderr):
     if len(ids) > block_size:  # learned positions stop at block_size: keep the prompt's end
         print(f"prompt is {len(ids)} tokens, longer than block_size {block_size}: keeping its "
               f"last {block_size}", file=err)
-        ids = ids[-block_size:]
-        text = tokenizer.decode(ids)
+        ids, text = ids[-block_size:], tokenizer.decode(ids[-block_size:])
     prompt = torch.tensor([ids], dtype=torch.long, device=device)
     if len(ids) + cfg.max_new_tokens > block_size:  # generate_tokens crops from there
         print(f"past {block_size} tokens (block_size: the learned positions end there) every "

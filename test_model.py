@@ -391,5 +391,14 @@ def test_a_mode_starts_from_vanillas_values_for_every_tensor_they_share():
         for k in shared:
             rows = tuple(slice(0, n) for n in mine[k].shape)
             assert torch.equal(mine[k], vanilla[k][rows]), (mode, k)
+    # a student's mode whose c_attn has more rows than vanilla's: it takes the overlap
+    torch.manual_seed(0)
+    wide = GPT(GPTConfig(**{**dict(block_size=16, vocab_size=37, n_layer=3, n_head=N_HEAD,
+                                   n_embd=32, bias=False), "value_mode": "resformer"}))
+    rows = wide.transformer.h[0].attn.c_attn.weight
+    bigger = torch.zeros(rows.shape[0] + 4, rows.shape[1])
+    wide.transformer.h[0].attn.c_attn.weight = torch.nn.Parameter(bigger)
+    wide.start_like_vanilla(torch.get_rng_state())  # no error on the wider tensor
+    assert not bigger[rows.shape[0]:].any() and bigger[:rows.shape[0]].std() > 0
     table = tiny("value_embed").transformer.h[0].attn.value_embed.weight
     assert table.std().item() == pytest.approx(0.02, rel=0.2)  # drawn, as an embedding is

@@ -165,16 +165,16 @@ def trained_elsewhere(cfg, run_dir):
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
     final = [r for r in read_log(run_dir) if r["kind"] == "final"]
     return (bool(final) and final[-1]["iter"] == cfg["max_iters"] and os.path.isfile(ckpt_path)
-            and same_run(cfg, run_dir, data.load_checkpoint(ckpt_path)["config"]))
+            and same_run(cfg, run_dir, torch.load(ckpt_path, mmap=True,  # its settings alone
+                                                  weights_only=True)["config"]))
 
 
-def hardware(device):
-    """'NVIDIA H200, torch ...' (or '2 x NVIDIA H200', 'Apple MPS') or the CPU's model name and
-    core count: where a run trained (device 'auto' as train.py resolves it)."""
+def hardware(device, gpus=1):
+    """'NVIDIA H200, torch ...' (with gpus, '8 x NVIDIA H200'; or 'Apple MPS') or the CPU's model
+    name and core count: where a run trained (device 'auto' as train.py resolves it)."""
     device = resolve_device(device)
     if device.startswith("cuda"):
-        count = torch.cuda.device_count() if device == "cuda" else 1
-        return (f"{f'{count} x ' if count > 1 else ''}{torch.cuda.get_device_name(device)}, "
+        return (f"{f'{gpus} x ' if gpus > 1 else ''}{torch.cuda.get_device_name(device)}, "
                 f"torch {torch.__version__}")
     if device == "mps":
         return f"Apple MPS ({platform.machine()}), torch {torch.__version__}"
@@ -185,8 +185,9 @@ def hardware(device):
     return f"{name}, {os.cpu_count()} cores, torch {torch.__version__}"
 
 
-def summarise(cfg, run_dir, samples, threads):
-    """summary.json of a finished run: its log's numbers and the analysis of its final model."""
+def summarise(cfg, run_dir, samples, threads, machine=None):
+    """summary.json of a finished run: its log's numbers and the analysis of its final model
+    (machine: where it trained, when not here)."""
     log = read_log(run_dir)
     train_records = [r for r in log if r["kind"] == "train"]
     # the first window includes start-up: left out, unless it is the only one (a short run)
@@ -203,7 +204,7 @@ def summarise(cfg, run_dir, samples, threads):
                "tokens_per_sec": speeds[len(speeds) // 2],
                "threads": threads, "kv_cache_bytes_per_token": model.kv_cache_bytes(1, 1),
                # another CPU rounds otherwise: a run's numbers hold on the machine that printed them
-               "machine": hardware(cfg["device"]),
+               "machine": machine or hardware(cfg["device"]),
                **analyse(model, heldout_windows(cfg, samples))}
     return write_summary(run_dir, summary)
 
@@ -282,7 +283,8 @@ def run_grid(grid, jobs, threads, samples, quiet_reuse=False, left="left", on_pr
     for key, cfg in grid:
         done = finished(cfg, cfg["out_dir"], threads)
         if not done and trained_elsewhere(cfg, cfg["out_dir"]):  # by a --plan command
-            done = summarise(cfg, cfg["out_dir"], samples, threads)
+            done = summarise(cfg, cfg["out_dir"], samples, threads,
+                             "not recorded (trained by a --plan command)")
         if done:
             if not quiet_reuse:
                 print(f"reusing {cfg['out_dir']} (same settings, finished)")

@@ -74,6 +74,8 @@ def test_mfu_is_in_the_log_where_the_gpu_has_a_peak(monkeypatch, data_dir, tmp_p
     assert configurator.gpu_peak_flops("NVIDIA H100 80GB HBM3", "bfloat16") == 989.4e12
     assert configurator.gpu_peak_flops("NVIDIA H100 80GB HBM3", "float32") is None
     assert configurator.gpu_peak_flops("Some Future GPU", "bfloat16") is None
+    for unlisted in ("NVIDIA L40", "NVIDIA RTX A1000", "NVIDIA T400"):  # not L4, A100, T4
+        assert configurator.gpu_peak_flops(unlisted, "bfloat16") is None, unlisted
     lines = {}
     for peak in (None, 1e12):
         monkeypatch.setattr(train, "gpu_peak_flops", lambda name, dtype: peak)
@@ -128,7 +130,8 @@ def test_compare_knows_each_device_from_the_one_resolver(monkeypatch):
     assert configurator.resolve_device("auto") == "mps"
     assert runs.hardware("auto").startswith("Apple MPS")
     pretend(monkeypatch, "NVIDIA H200", True, count=8)
-    assert runs.hardware("auto").startswith("8 x NVIDIA H200")
+    assert runs.hardware("auto", 8).startswith("8 x NVIDIA H200")  # the comparison's machine
+    assert runs.hardware("auto").startswith("NVIDIA H200")  # a run's: one GPU
     assert runs.hardware("cuda:3").startswith("NVIDIA H200")
 
 
@@ -148,10 +151,13 @@ def test_plan_prints_each_run_and_any_engine_runs_them_to_the_same_tables(data_d
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         return done.stdout
 
-    plan = compare_py(f"--out_dir={tmp_path / 'planned'}", "--plan").splitlines()
-    assert len(plan) == 5 and not (tmp_path / "planned" / "vanilla_seed1").exists()
+    printed = compare_py(f"--out_dir={tmp_path / 'planned'}", "--plan")
+    (tmp_path / "runs.txt").write_text(printed)  # as `> runs.txt` writes it
+    lines = subprocess.run(f"wc -l < {tmp_path / 'runs.txt'}", shell=True, capture_output=True,
+                           text=True).stdout  # what the README's SLURM line counts
+    plan = printed.splitlines()
+    assert len(plan) == 5 == int(lines) and not (tmp_path / "planned" / "vanilla_seed1").exists()
     assert all(line.startswith("OMP_NUM_THREADS=1 python train.py --") for line in plan)
-    (tmp_path / "runs.txt").write_text("\n".join(plan) + "\n")
     engine = subprocess.run(f"xargs -d '\\n' -n 1 -P 2 sh -c < {tmp_path / 'runs.txt'}",
                             shell=True, cwd=ROOT, env={**env, "PATH": os.environ["PATH"]},
                             capture_output=True, text=True, timeout=600)

@@ -96,7 +96,7 @@ def test_trained_checkpoint_streams_repeatable_samples(trained):
     evals = [json.loads(line) for line in open(os.path.join(trained, "log.jsonl"))]
     assert ckpt["val_loss"] == [r for r in evals if r["kind"] == "eval"][-1]["val_loss"]
     assert err1.startswith(f"loaded {trained}/ckpt.pt: resformer, step 2, "
-                           f"val loss {ckpt['val_loss']:.4f} there (fixed-window estimate)\n")
+                           f"val loss {ckpt['val_loss']:.4f} there (fixed-window)\n")
 
 
 @pytest.mark.parametrize("value_mode", VALUE_MODES)
