@@ -6,7 +6,7 @@ vanilla on each seed, its mean, a 95% t interval and the wins.
     # config/compare.py: vanilla, ResFormer, the lambda = 2 mix and SVFormer on 3 seeds, each
     # at its own best peak lr (the preset's lrs, found by --tune)
     python compare.py
-    # a class's demo (3 min on 2 cores): 250 of the 800 steps, one seed, with what other seeds
+    # a class's demo (3-5 min on 2 cores): 250 of the 800 steps, one seed, with what other seeds
     # did (the preset's calibration) beside each difference
     python compare.py config/demo.py
     # the paper's protocol: every variant at one lr (the preset's learning_rate)

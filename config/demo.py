@@ -1,4 +1,4 @@
-# The demo for a class, about 3 minutes on 2 CPU cores: python compare.py config/demo.py
+# The demo for a class, 3 to 5 minutes on 2 CPU cores: python compare.py config/demo.py
 base = "compare.py"
 # compare.py's preset (16 layers x 64 wide, byte-level plays, each variant at its own tuned peak
 # lr, the preset's lrs) for 250 steps on one seed: vanilla, the paper's lambda = 2 mix
