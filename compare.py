@@ -1,7 +1,7 @@
 """
 The paper's comparison, settled with paired statistics: every variant trained on the same data
-with the same seeds (same initial weights, same batches), and per variant the difference to
-vanilla on each seed, its mean, a 95% t interval and the wins.
+with the same seeds (the same batches, vanilla's initial values for every tensor a mode shares),
+and per variant the difference to vanilla on each seed, its mean, a 95% t interval and the wins.
 
     # config/compare.py: vanilla, ResFormer, the lambda = 2 mix and SVFormer on 3 seeds, each
     # at its own best peak lr (the preset's lrs, found by --tune)

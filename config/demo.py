@@ -4,7 +4,7 @@ base = "compare.py"
 # lr, the preset's lrs) for 250 steps on one seed: vanilla, the paper's lambda = 2 mix
 # (U = A (V_n + 2 V_1)) and SVFormer, and vanilla once more with its initial weights nudged one
 # float32 rounding step (what another CPU does: the grey band). Four runs at once (on 2 cores
-# they share). One seed is one draw: beside each difference, out-demo/loss.png shades where the
+# they share). One seed is one draw: beside each difference, out-demo/loss.png draws where the
 # same difference fell on the 10 seeds of the calibration below (their runs are committed; the
 # command that made them is in its results.md), and results.md says what held on every seed.
 out_dir = "out-demo"

@@ -15,9 +15,9 @@ from .runs import read_log
 from .analysis import FLOOR, bracketed, escape, mixing_by_layer, vanilla_curve
 
 # what the difference panels draw as a grey band around 0 (analysis.FLOOR's runs)
-FLOOR_LABEL = "rounding alone (vanilla nudged one float32 step): another CPU, not another seed"
-# sizes that stay readable on a projector: text >= 10 points, curves >= 2 points wide
-TEXT, SMALL, LINE = 11, 10, 2.0
+FLOOR_LABEL = "rounding alone, around 0 (vanilla nudged one float32 step): another CPU, not another seed"
+# sizes that stay readable on a projector: text >= 11 points, curves >= 2 points wide
+TEXT, SMALL, LINE = 13, 11, 2.0
 
 
 def label(name, note=None):
@@ -216,12 +216,14 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
         past = slice(2 if keep.sum() > 4 else 0, None)  # the y-range holds the band, all seeds
         shown += [curves.min(0)[keep][past], curves.max(0)[keep][past]]
     marked = False
-    for name, r in variants.items():  # one legend entry explains every triangle
+    for i, (name, r) in enumerate(variants.items()):  # one legend entry explains every triangle
         left = [e[0] for e in r.get("escape", []) if e]
-        if escape_loss and left:
-            top.plot([np.mean(left)], [escape_loss], marker="v", ms=10, color=colors[name],
-                     ls="none", label=None if marked else
-                     "leaves the plateau (mean step of the seeds that left)")
+        if escape_loss and left:  # each smaller than the last, so two on one step both show
+            many = max(len(v["seeds"]) for v in variants.values()) > 1
+            top.plot([np.mean(left)], [escape_loss], marker="v", ms=max(15 - 3 * i, 5),
+                     color=colors[name], ls="none", zorder=3 + i, label=None if marked else
+                     f"leaves the plateau: the first evaluation below the dotted line "
+                     f"({escape_loss:g})" + (", mean over the seeds that left" if many else ""))
             marked = True
     values = np.concatenate(shown)
     low, high = values.min(), values.max()
@@ -247,11 +249,23 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
             gaps.append(gap)
             other = r.get("calibration")  # one seed: where the same difference fell on others
             if other and other["steps"][:len(steps)] == list(steps):
-                spread = np.array(other["curves"])[:, :len(steps)][:, keep]
-                bottom.fill_between(steps[keep], spread.min(0), spread.max(0), color=colors[name],
-                                    alpha=0.18, lw=0, zorder=1, label=f"{label(name)} on "
-                                    f"{len(other['final'])} other seeds, lowest to highest")
-                gaps += [spread.min(0), spread.max(0)]
+                spread = np.sort(np.array(other["curves"])[:, :len(steps)][:, keep], axis=0)
+                # Only the edges, dashed in the variant's colour: two bands that overlap, filled,
+                # would blend into a colour that is neither.
+                for edge in (spread[0], spread[-1]):
+                    bottom.plot(steps[keep], edge, color=colors[name], lw=1.2, ls="--", zorder=1)
+                # The axis holds all seeds but the extreme one each side: a single seed where
+                # vanilla stalled on the plateau would squash the demo's own line to a flat one.
+                inner = len(spread) >= 5
+                span = np.ptp(spread[1:-1]) / 2 if inner else 0.0
+                low_off = bool(inner and spread[0].min() < spread[1].min() - span)
+                high_off = bool(inner and spread[-1].max() > spread[-2].max() + span)
+                gaps += [spread[1 if low_off else 0], spread[-2 if high_off else -1]]
+                off = ([f"the lowest runs below the axis, {spread[0].min():.2f} at worst"] * low_off
+                       + [f"the highest above it, {spread[-1].max():+.2f} at worst"] * high_off)
+                bottom.plot([], [], color=colors[name], lw=1.2, ls="--",
+                            label=f"{label(name)}: lowest and highest of {len(other['final'])} "
+                            "other seeds" + "".join("; " + o for o in off))
                 calibrated = len(other["final"])
             if len(per_seed) > 1:  # the spread: each seed's own difference, thin
                 several = True
@@ -282,7 +296,7 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
         if high > low:
             bottom.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
         said = ((["bold = mean, thin = each seed"] if several else ["one seed"] if gaps else [])
-                + ([f"shaded = {calibrated} other seeds"] if calibrated else [])
+                + ([f"dashed = lowest and highest of {calibrated} other seeds"] if calibrated else [])
                 + (["grey = rounding alone"] if band else []))
         title = "Difference to vanilla on the same seed (below 0 = better)" + (
             "\n" + "; ".join(said) if said else "")

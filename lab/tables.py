@@ -140,7 +140,7 @@ def lr_said(info, search):
               f"learning_rate)")
     if len(set(lrs.values())) == 1:
         return (f"Every variant at the same peak learning rate, {next(iter(lrs.values())):g}"
-                f"{source}: the paper's protocol.\n")
+                f"{source}: one lr for all, as in the paper's protocol.\n")
     return ("Each variant at its own peak learning rate (" +
             ", ".join(f"{n} {lr:g}" for n, lr in lrs.items()) + f"){source}.\n")
 
@@ -161,7 +161,8 @@ def write_tables(root, results, paper, info, search=None):
           f"by side, {plural(info.get('threads', 1), 'thread')} each, "
           f"{info['wall_min']:.1f} min{reused}{trained_on(info)}\n", lr_said(info, search),
           f"Final val loss = the whole validation split, every token once. Seeds {info['seeds']}: "
-          f"same seed = same initial weights' RNG and the same batches in every mode." +
+          "same seed = the same batches in every mode" + (", and the same initial values for "
+          "every tensor a mode shares with vanilla." if paired else ".") +
           (" Paired difference = variant - vanilla per seed; "
            "interval = 95% Student t (n-1 df).\n" if paired else "\n"),
           "| variant | params | tokens | val loss (mean ± std) |" +

@@ -1233,8 +1233,8 @@ def test_one_seed_states_its_differences_and_own_lrs_are_named(data_dir, tmp_pat
                                 "--modes=vanilla,svformer", "--less_data=0",
                                 "--lrs=vanilla=3e-3,svformer=3e-3"]) == 0
     md = (tmp_path / "results.md").read_text()
-    assert ("\nEvery variant at the same peak learning rate, 0.003 (all named by --lrs): the "
-            "paper's protocol.\n") in md
+    assert ("\nEvery variant at the same peak learning rate, 0.003 (all named by --lrs): one lr "
+            "for all, as in the paper's protocol.\n") in md
     assert "its own peak learning rate" not in md
     assert ("\n**Verdict: one seed (1337), so each difference is one draw.** Final val loss - "
             "vanilla's (nats per byte):\n\n- svformer: +0.050; no other seeds of this setting to "

@@ -113,7 +113,8 @@ def test_the_loss_axis_starts_where_curves_compare_and_mixing_shows_its_start(tm
     assert [(list(m.get_xdata()), list(m.get_ydata())) for m in marks] == [([30], [2.9])]
     labels = legend_of(loss.axes[0])
     assert "ResFormer (left the plateau on 2 of 3 seeds)" in labels and "vanilla" in labels
-    assert labels.count("leaves the plateau (mean step of the seeds that left)") == 1
+    assert labels.count("leaves the plateau: the first evaluation below the dotted line (2.9), "
+                        "mean over the seeds that left") == 1
     mixing = next(fig for fig in figures if fig.axes[0].get_ylabel() == "learned value")
     assert any(list(line.get_ydata()) == [0.5, 0.5] for line in mixing.axes[0].lines)
     assert [list(line.get_ydata()) for line in mixing.axes[0].lines[:2]] == [[0.6] * 3, [0.4] * 3]
@@ -398,7 +399,8 @@ def test_the_noise_floor_is_a_grey_band_in_the_difference_panel_not_a_line(tmp_p
     assert len([line for line in top.lines if len(line.get_xdata()) > 1]) == 2
     bands = [c for c in bottom.collections if c.get_label().startswith(plots.FLOOR_LABEL)]
     assert len(bands) == 1
-    assert "rounding alone (vanilla nudged one float32 step): another CPU, not another seed " \
+    assert "rounding alone, around 0 (vanilla nudged one float32 step): another CPU, not another "\
+           "seed " \
            "(2 seeds, at most ±0.004)" \
         in legend_of(bottom)
     edges = band_edges(bands[0])
@@ -484,7 +486,8 @@ def test_the_live_picture_carries_the_final_pictures_marks(tmp_path, figures):
     assert [(list(m.get_xdata()), list(m.get_ydata())) for m in marks] == [([25], [2.9]),
                                                                          ([10], [2.9])]
     assert legend_of(top) == ["vanilla", "ResFormer, 85% of the tokens",
-                              "leaves the plateau (mean step of the seeds that left)"]
+                              "leaves the plateau: the first evaluation below the dotted line (2.9), "
+                              "mean over the seeds that left"]
     assert top.get_xlabel() == "" and bottom.get_xlabel() == "step (64 tokens each)"
     band, = [c for c in bottom.collections if c.get_label().startswith(plots.FLOOR_LABEL)]
     assert band_edges(band)[30] == pytest.approx((-0.0, 0.0), abs=1e-12)
@@ -533,3 +536,35 @@ def test_legends_sit_outside_the_axes_and_read_from_the_back_of_a_room(tmp_path,
             texts = (legend.get_texts() + ax.get_yticklabels() + [ax.yaxis.label])
             assert min(t.get_fontsize() for t in texts) >= 10, ax.get_title()
     assert with_legend == 7  # loss (2), entropy, similarity, mixing, lr, size curve
+
+
+@pytest.mark.parametrize("stalled", [False, True])
+def test_the_other_seeds_are_drawn_as_their_lowest_and_highest_difference(tmp_path, figures,
+                                                                           stalled):
+    """One seed with a calibration: two dashed lines in the variant's colour at the other seeds'
+    lowest and highest difference at every evaluation (the band results.json calls `band`). A
+    single seed far below the rest (vanilla stalled on the plateau) runs below the axis, and
+    the legend says how far it went; without one, the axis holds both lines whole."""
+    results = made_up_results(4, names=("vanilla", "resformer"))
+    for r in results.values():
+        r["seeds"], r["curves"] = [1], r["curves"][:1]
+    gaps = np.array([[-0.02 - 0.01 * k] * 41 for k in range(10)])  # -0.02 .. -0.11
+    if stalled:
+        gaps[0] = -0.6
+    results["resformer"]["calibration"] = {"steps": results["vanilla"]["steps"],
+                                           "curves": gaps.tolist(), "final": list(gaps[:, -1])}
+    plots.write_all(str(tmp_path), results)
+    top, bottom = loss_picture(figures).axes
+    color = next(line.get_color() for line in bottom.lines if line.get_label() == "ResFormer")
+    dashed = [line for line in bottom.lines if line.get_linestyle() == "--"
+              and line.get_color() == color and len(line.get_xdata())]
+    assert sorted(tuple(line.get_ydata()) for line in dashed) == [
+        tuple(gaps.min(0)[1:]), tuple(gaps.max(0)[1:])]  # step 0 is not drawn, as on top
+    low, high = bottom.get_ylim()
+    said = [t for t in legend_of(bottom) if "other seeds" in t]
+    assert said[0].startswith("ResFormer: lowest and highest of 10 other seeds")
+    if stalled:
+        assert low > -0.6 and low < -0.11  # the next-lowest seed is on the picture
+        assert said[0].endswith("the lowest runs below the axis, -0.60 at worst")
+    else:
+        assert low < -0.11 and high > -0.02 and "below the axis" not in said[0]
