@@ -60,11 +60,13 @@ class TiktokenTokenizer:
                 for ids in self.enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)]
 
     def token_bytes(self, ids):
-        parts = []
-        for i in map(int, ids):
-            with contextlib.suppress(KeyError):  # an id between the encoding's special tokens
-                parts.append(self.enc.decode_single_token_bytes(i) if 0 <= i < self.vocab_size
-                             else b"")  # beyond the vocabulary: the model's padding rows
+        ids = [int(i) for i in ids if 0 <= i < self.vocab_size]  # not the model's padding rows
+        with contextlib.suppress(KeyError):  # all at once in tiktoken's Rust core ...
+            return self.enc.decode_bytes(ids)
+        parts = []  # ... unless an id falls between the encoding's special tokens: skip it
+        for i in ids:
+            with contextlib.suppress(KeyError):
+                parts.append(self.enc.decode_single_token_bytes(i))
         return b"".join(parts)
 
     def decode(self, ids):

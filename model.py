@@ -231,11 +231,10 @@ class GPT(nn.Module):
     def start_like_vanilla(self, vanilla_rng):
         """Pairing: each tensor a mode shares with vanilla starts at vanilla's draw for the seed (not
         one shifted by the mode's extra or missing tensors), so a one-seed difference is the mode's."""
-        own_rng = torch.get_rng_state()
-        torch.set_rng_state(vanilla_rng)
-        vanilla = GPT(replace(self.config, value_mode="vanilla", lambda_1=0.5, lambda_2=0.5,
-                              learnable_lambda=False)).state_dict()
-        torch.set_rng_state(own_rng)  # the RNG goes on as if vanilla had never been drawn
+        with torch.random.fork_rng(devices=[]):  # the RNG goes on as if vanilla was never drawn
+            torch.set_rng_state(vanilla_rng)
+            vanilla = GPT(replace(self.config, value_mode="vanilla", lambda_1=0.5, lambda_2=0.5,
+                                  learnable_lambda=False)).state_dict()
         for name, tensor in self.state_dict().items():  # svformer's c_attn: its q, k rows
             if name in vanilla and tensor.dim() == vanilla[name].dim():
                 rows = tuple(slice(0, min(a, b)) for a, b in zip(tensor.shape, vanilla[name].shape))

@@ -169,8 +169,7 @@ class Shards:
     def flush(self):
         if self.n:
             file = f"{self.stem}_{len(self.written):06d}.bin"
-            sha = data.write_shard(os.path.join(self.folder, file), self.buf[:self.n],
-                                   self.vocab_size)
+            sha = data.write_shard(os.path.join(self.folder, file), self.buf[:self.n], self.vocab_size)
             self.written.append({"file": file, "split": self.stem.rpartition("_")[2],
                                  "tokens": self.n, "sha256": sha})
             self.n = 0

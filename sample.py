@@ -61,7 +61,7 @@ def sample(cfg, out=sys.stdout, err=sys.stderr):
               f"last {block_size}", file=err)
         ids, text = ids[-block_size:], tokenizer.decode(ids[-block_size:])
     prompt = torch.tensor([ids], dtype=torch.long, device=device)
-    if len(ids) + cfg.max_new_tokens > block_size:  # generate_tokens crops from there
+    if len(ids) + cfg.max_new_tokens > block_size + 1:  # the last new token is never fed back
         print(f"past {block_size} tokens (block_size: the learned positions end there) every "
               f"new token recomputes the last {block_size}, as slow as without a cache", file=err)
 

@@ -78,6 +78,22 @@ def test_gpt2_known_ids_and_round_trip(gpt2):
     assert gpt2.encode("<|endoftext|>") != [50256]
 
 
+def test_tiktoken_decodes_in_one_call_and_skips_ids_between_special_tokens(monkeypatch):
+    """Decoding (sample.py's real-words count reads up to 10M training tokens) is one call into
+    tiktoken's Rust core, not a Python loop per token; an id with no bytes of its own (between
+    an encoding's ordinary and special tokens) is skipped, not an error."""
+    tiktoken = pytest.importorskip("tiktoken")
+    enc = tiktoken.Encoding(name="gap", pat_str=r".", special_tokens={"<|endoftext|>": 300},
+                            mergeable_ranks={bytes([i]): i for i in range(256)})  # 256-299: none
+    tok = data.TiktokenTokenizer(enc)
+    singles = []
+    real_single = enc.decode_single_token_bytes
+    monkeypatch.setattr(enc, "decode_single_token_bytes",
+                        lambda i: singles.append(i) or real_single(i), raising=False)
+    assert tok.decode(list(b"hello") * 1000) == "hello" * 1000 and singles == []
+    assert tok.decode([104, 105, 270, 300, -1, 301]) == "hi<|endoftext|>"  # 270: between; 301: past
+
+
 def test_tokenizer_errors(monkeypatch):
     """A BPE file that cannot be loaded, and an unknown encoding: one line naming the way out."""
     def offline(name):

@@ -432,3 +432,6 @@ def test_sampling_reads_the_device_16_tokens_at_a_time_and_says_when_it_recomput
            "recomputes the last 16" in err
     _, err, _ = run(out_dir, "--start=ab", "--num_samples=1", "--max_new_tokens=10")
     assert "recomputes" not in err
+    # 2 + 15 tokens: the last one is sampled from 16 and never fed back, so nothing is recomputed
+    _, err, _ = run(out_dir, "--start=ab", "--num_samples=1", "--max_new_tokens=15")
+    assert "recomputes" not in err
