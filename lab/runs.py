@@ -284,7 +284,7 @@ def run_grid(grid, jobs, threads, samples, quiet_reuse=False, left="left", on_pr
         done = finished(cfg, cfg["out_dir"], threads)
         if not done and trained_elsewhere(cfg, cfg["out_dir"]):  # by a --plan command
             done = summarise(cfg, cfg["out_dir"], samples, threads,
-                             "not recorded (trained by a --plan command)")
+                             "an unrecorded machine, by a --plan command")
         if done:
             if not quiet_reuse:
                 print(f"reusing {cfg['out_dir']} (same settings, finished)")
