@@ -39,9 +39,8 @@ import data
 from configurator import (COUNT, POSITIVE, ConfigError, at_least, between, given_keys,
                           load_config, parse_args, parse_list, plural, resolve_device, run_main)
 from lab import plots, tables
-from lab.analysis import (FLOOR, bracketed, crossing, escape, next_lr,
-                          paired_stats, round_lr)
-from lab.analysis import bands
+from lab.analysis import (FLOOR, bands, bracketed, crossing, escape, next_lr, paired_stats,
+                          round_lr)
 from lab.runs import final_loss, finished, hardware, plan_line, run_grid
 from model import VALUE_MODES
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, decay_end
@@ -440,7 +439,8 @@ def main(argv):
             r["note"] = plots.note(name, cfg["less_data"])
     bands(results, calibration)
     info = {"command": "python compare.py" + "".join(" " + a for a in argv if a != DEFAULT_PRESET),
-            "seeds": seeds, "hardware": hardware(device, gpus or 1), "jobs": jobs, "threads": cfg["threads"],
+            "seeds": seeds, "hardware": hardware(device, gpus or 1), "jobs": jobs,
+            "threads": cfg["threads"],
             # a reused run may have trained elsewhere: its numbers hold on the machine that did
             "trained_on": dict(collections.Counter(s.get("machine", "not recorded")
                                                    for s in done.values())),
@@ -526,10 +526,9 @@ def calibrated(cfg, modes, seeds):
             unused.setdefault(name, f"{run['out_dir']}: not finished there")
     out = {"folder": folder, "seeds": other, "command": info.get("command"), "modes": {},
            "unused": unused}
-    for name, _ in modes:
-        if name == "vanilla" or name in unused or "vanilla" in unused or not other \
-                or "vanilla" not in dict(modes):
-            continue
+    if "vanilla" in unused or "vanilla" not in dict(modes) or not other:
+        return out  # nothing to pair a difference with
+    for name in [n for n, _ in modes if n != "vanilla" and n not in unused]:
         base = [runs["vanilla", s] for s in other]
         mine = [runs[name, s] for s in other]
         out["modes"][name] = {

@@ -15,7 +15,8 @@ from .runs import read_log
 from .analysis import FLOOR, bracketed, escape, mixing_by_layer, vanilla_curve
 
 # what the difference panels draw as a grey band around 0 (analysis.FLOOR's runs)
-FLOOR_LABEL = "rounding alone, around 0 (vanilla nudged one float32 step): another CPU, not another seed"
+FLOOR_LABEL = ("rounding alone, around 0 (vanilla nudged one float32 step): another CPU, "
+               "not another seed")
 # sizes that stay readable on a projector: text >= 11 points, curves >= 2 points wide
 TEXT, SMALL, LINE = 13, 11, 2.0
 
@@ -215,11 +216,10 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
                              color=line.get_color(), alpha=0.2)
         past = slice(2 if keep.sum() > 4 else 0, None)  # the y-range holds the band, all seeds
         shown += [curves.min(0)[keep][past], curves.max(0)[keep][past]]
-    marked = False
+    marked, many = False, max(len(v["seeds"]) for v in variants.values()) > 1
     for i, (name, r) in enumerate(variants.items()):  # one legend entry explains every triangle
         left = [e[0] for e in r.get("escape", []) if e]
         if escape_loss and left:  # each smaller than the last, so two on one step both show
-            many = max(len(v["seeds"]) for v in variants.values()) > 1
             top.plot([np.mean(left)], [escape_loss], marker="v", ms=max(15 - 3 * i, 5),
                      color=colors[name], ls="none", zorder=3 + i, label=None if marked else
                      f"leaves the plateau: the first evaluation below the dotted line "
@@ -296,7 +296,7 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
         if high > low:
             bottom.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
         said = ((["bold = mean, thin = each seed"] if several else ["one seed"] if gaps else [])
-                + ([f"dashed = lowest and highest of {calibrated} other seeds"] if calibrated else [])
+                + ([f"dashed = lowest and highest of {calibrated} other seeds"] * bool(calibrated))
                 + (["grey = rounding alone"] if band else []))
         title = "Difference to vanilla on the same seed (below 0 = better)" + (
             "\n" + "; ".join(said) if said else "")
