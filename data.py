@@ -1,21 +1,22 @@
-"""The files every script shares: token shards, dataset folders, tokenizers and checkpoints.
+"""The files every script shares: token shards, datasets, tokenizers, batches and checkpoints.
 
-A dataset is a folder data/<name>/ of shards and meta.json (the tokenizer; each shard's file,
-split, token count and sha256), or of llm.c's shards alone. A shard is in llm.c's format (its
-dev/data/data_common.py): 256 int32 (magic, version, count), then uint16 or uint32 tokens.
+A dataset is a folder data/<name>/ holding meta.json (the tokenizer, and each shard's file, split,
+token count and sha256) and the shards it names, or llm.c's shards alone. A shard is in llm.c's
+format (its dev/data/data_common.py): 256 int32 (magic, version, count), then uint16 or uint32
+tokens. meta.json is written last, whole, so a folder always holds one whole dataset.
 """
+import bisect
 import contextlib
 import glob
 import hashlib
+import itertools
 import json
 import os
-import subprocess
-import sys
-import time
 
 import numpy as np
+import torch
 
-from configurator import UserError
+from configurator import UserError, plural
 
 DATA_ROOT = "data"
 DEFAULT_DATASET = "shakespeare_byte"  # train.py's default: what `python prepare.py` writes
@@ -108,10 +109,10 @@ def write_shard(path, tokens, vocab_size):
     dtype = shard_dtype(vocab_size)
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[:3] = *next(h for h, d in HEADERS.items() if d == dtype), len(tokens)
-    body = np.ascontiguousarray(tokens, dtype=dtype).tobytes()
+    body = header.tobytes() + np.ascontiguousarray(tokens, dtype=dtype).tobytes()
     with atomic_write(path) as f:
-        f.write(header.tobytes() + body)
-    return hashlib.sha256(header.tobytes() + body).hexdigest()
+        f.write(body)
+    return hashlib.sha256(body).hexdigest()
 
 
 def read_shard(path, vocab_size=None):
@@ -141,28 +142,8 @@ def dataset_dir(name):
         DATA_ROOT, name)
 
 
-def no_data(data_dir, problem):
-    """The error for a missing dataset: what there is, and the prepare.py command for its name."""
-    root = os.path.dirname(os.path.normpath(data_dir)) or "."
-    have = sorted(d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "meta.json"))
-                  ) if os.path.isdir(root) else []
-    there = (f"prepared in {root}/: {', '.join(have)}; pick one with --dataset=NAME" if have
-             else f"nothing is prepared in {root}/ yet")
-    name = os.path.basename(os.path.normpath(data_dir))
-    tokenizer = next((t for t in ("byte", "gpt2", "r50k_base", "p50k_base", "cl100k_base",
-                                  "o200k_base") if name.endswith("_" + t)), None)
-    dataset = name[:-len(tokenizer) - 1] if tokenizer else name
-    how = "python prepare.py" + {"shakespeare": "", "tinyshakespeare": " --dataset=tinyshakespeare",
-                                 "fineweb_edu": " --dataset=fineweb_edu"}.get(
-        dataset, f" --input=<your text> --dataset={dataset}") + (
-        "" if tokenizer in ("byte", None) else f" --tokenizer={tokenizer}") + (
-        "" if os.path.normpath(root) == DATA_ROOT else f" --out_root={root}")
-    return DataError(f"{problem}: run {how} ({there})")
-
-
 def load_meta(data_dir):
     """meta.json of a dataset; for llm.c's shards (no meta.json) what they are: GPT-2 tokens."""
-    put_back(data_dir)
     path = os.path.join(data_dir, "meta.json")
     if not os.path.exists(path):
         return {"tokenizer": "gpt2", "vocab_size": 50257, "eot": 50256}
@@ -178,9 +159,6 @@ def load_meta(data_dir):
 
 def list_shards(data_dir, split):
     """One split's shard paths, in order: those meta.json names, or else every *_<split>_*.bin."""
-    put_back(data_dir)
-    if not os.path.isdir(data_dir):
-        raise no_data(data_dir, f"no dataset {data_dir}")
     if not os.path.exists(os.path.join(data_dir, "meta.json")):
         paths = sorted(glob.glob(os.path.join(data_dir, f"*_{split}_*.bin")))
     else:
@@ -191,48 +169,12 @@ def list_shards(data_dir, split):
             raise DataError(f"{missing[0]} is missing, though {data_dir}/meta.json names it: "
                             f"run prepare.py again")
     if not paths:
-        raise no_data(data_dir, f"no {split} shards in {data_dir}")
+        root = os.path.dirname(os.path.normpath(data_dir)) or "."
+        have = sorted(d for d in os.listdir(root) if os.path.isfile(
+            os.path.join(root, d, "meta.json"))) if os.path.isdir(root) else []
+        raise DataError(f"no {split} shards in {data_dir}: make them with python prepare.py "
+                        f"(--help says how; prepared in {root}/: {', '.join(have) or 'none'})")
     return paths
-
-
-def prepare_default(data_dir, wait=False):
-    """The default dataset on first use, by `python prepare.py` (wait: torchrun's other ranks)."""
-    put_back(data_dir)
-    for _ in range(600 if wait else 0):
-        if os.path.exists(os.path.join(data_dir, "meta.json")):
-            break
-        time.sleep(1)
-    if wait or os.path.exists(os.path.join(data_dir, "meta.json")):
-        return
-    print(f"{data_dir} is not prepared yet: running python prepare.py (once, offline)", flush=True)
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prepare.py")
-    if subprocess.run([sys.executable, script, "--quiet"]).returncode != 0:
-        raise DataError("python prepare.py failed (see above); run it yourself to see why")
-
-
-def put_back(data_dir):
-    """A prepare.py killed mid-switch leaves no data_dir, but the old one as <tmp>.old: put back."""
-    if not os.path.exists(data_dir):
-        for old in dead_runs(data_dir):
-            if old.endswith(".old"):
-                with contextlib.suppress(OSError):  # another process put it back first
-                    os.replace(old, data_dir)
-
-
-def dead_runs(data_dir):
-    """What killed prepare.py runs left beside data_dir: <name>.tmp<pid> (new) and its .old."""
-    return [p for p in glob.glob(glob.escape(os.path.normpath(data_dir)) + ".tmp*")
-            if not alive(p.rpartition(".tmp")[2].removesuffix(".old"))]
-
-
-def alive(pid):
-    try:
-        os.kill(int(pid), 0)
-        return True
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:  # someone else's process
-        return True
 
 
 def data_identity(data_dir):
@@ -246,11 +188,37 @@ def data_identity(data_dir):
             "sha256": hashlib.sha256("\n".join(parts).encode()).hexdigest()}
 
 
-def describe_tokens(data):
-    """'8,718 train + 641 val tokens' from data_identity()."""
-    if data.get("train_tokens") is None:  # llm.c's shards: no counts recorded
-        return f"shards {data['sha256'][:12]}"
-    return f"{data['train_tokens']:,} train + {data['val_tokens']:,} val tokens"
+class Batches:
+    """(x, y) batches of random windows from a split's shards, by a generator a checkpoint keeps.
+    Windows of every shard are numbered as one range; bisect finds the shard of a draw."""
+
+    def __init__(self, shards, batch_size, block_size, seed, split, device="cpu"):
+        self.shards, self.B, self.T, self.device = shards, batch_size, block_size, device
+        self.seed, self.generator = seed, torch.Generator().manual_seed(seed)
+        # A shard's last window is never drawn, one short of nanoGPT: a fix would change every
+        # committed record's batches.
+        self.windows = [max(len(s) - self.T - 1, 0) for s in shards]
+        self.ends = list(itertools.accumulate(self.windows))
+        if self.ends[-1] < 1:
+            longest = max(len(s) for s in shards)
+            fix = f"use --block_size={longest - 2} or less, or " if longest > 2 else ""
+            raise DataError(f"the {split} split's longest shard has {plural(longest, 'token')}, "
+                            f"fewer than one window needs (block_size {self.T} + 2): {fix}"
+                            f"prepare more text")
+
+    def next(self):
+        rows = []
+        for i in torch.randint(self.ends[-1], (self.B,), generator=self.generator).tolist():
+            s = bisect.bisect_right(self.ends, i)  # window i starts in shard s
+            start = i - (self.ends[s] - self.windows[s])
+            rows.append(torch.from_numpy(self.shards[s][start:start + self.T + 1].astype("int64")))
+        rows = torch.stack(rows)
+        if self.device.startswith("cuda"):  # as nanoGPT: from pinned memory, the copy to the GPU
+            rows = rows.pin_memory().to(self.device, non_blocking=True)  # runs beside its work
+        return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+
+    def reset(self):
+        self.generator.manual_seed(self.seed)
 
 
 # ---- writing a file whole, and reading a checkpoint ----
@@ -268,14 +236,13 @@ def atomic_write(path, mode="wb"):
         raise
 
 
-def load_checkpoint(path, map_location="cpu"):
-    """train.py's checkpoint dict, or a one-line error."""
-    import torch  # here: prepare.py uses this module without torch
+def load_checkpoint(path):
+    """train.py's checkpoint dict, on the CPU (sample.py moves only the model), or one line."""
     if not os.path.isfile(path):
         raise DataError(f"no checkpoint at {path}: train one first, e.g. python train.py "
                         f"--out_dir={os.path.dirname(path) or '.'}")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise DataError(f"{path} is not a readable torch checkpoint ({type(e).__name__})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:

@@ -11,7 +11,7 @@ grouped-query attention (`n_kv_head`) and a KV cache.
 """
 import inspect
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn as nn
@@ -26,9 +26,9 @@ VALUE_MODES = {
     "svformer": "SVFormer",
     "value_embed": "value embeddings",
 }
-# Learned weights that mix values, by attribute name: they step at lambda_lr_scale x the lr with
-# no weight decay (it would pull a mix toward 0), and train.py logs them. Add your mode's here too.
-MIXING_WEIGHTS = ("value_lambdas", "value_lambda")
+# Learned weights that mix values, by attribute name, and what the log calls them. They step at
+# lambda_lr_scale x the lr with no weight decay (it would pull a mix toward 0). Add yours here.
+MIXING_WEIGHTS = {"value_lambdas": "lambda_1/lambda_2", "value_lambda": "lambda"}
 # One-token decode steps skip cuDNN, which plans per shape while the key length grows each step.
 DECODE_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
@@ -49,7 +49,7 @@ class GPTConfig:
     learnable_lambda: bool = False  # resformer: per-layer lambdas trained, starting from the above
 
     def __post_init__(self):
-        """Every check of the model's shape and settings, so train, sample and bench share them."""
+        """Every check of the model's settings, so that every script refuses the same mistakes."""
         if self.value_mode not in VALUE_MODES:
             raise ValueError(f"value_mode must be one of {', '.join(VALUE_MODES)}, "
                              f"got {self.value_mode!r}")
@@ -62,7 +62,7 @@ class GPTConfig:
         if self.value_mode != "resformer" and (self.learnable_lambda or
                                                (self.lambda_1, self.lambda_2) != (0.5, 0.5)):
             raise ValueError("lambda_1, lambda_2 and learnable_lambda only apply to "
-                             "value_mode='resformer' (model.py's GPTConfig checks it)")
+                             "value_mode=resformer (model.py's GPTConfig checks it)")
 
     @property
     def head_dim(self):
@@ -76,32 +76,22 @@ class GPTConfig:
         """The layer whose value `layer` attends to: its own, or for SVFormer the first's (V_1)."""
         return 0 if self.value_mode == "svformer" else layer
 
-    @property
-    def n_value_tensors(self):
-        """Value tensors a KV cache holds: one per layer, or SVFormer's single V_1 for all."""
-        return len({self.value_layer(n) for n in range(self.n_layer)})
-
     @classmethod
     def from_dict(cls, d):
         names = {f.name for f in fields(cls)}  # d may hold other keys too (a training config)
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-def kv_cache_bytes(config, batch_size, seq_len, dtype=torch.float32, value_tensors=None):
-    """Bytes a KVCache for this config allocates; value_tensors: as if it held that many."""
-    n_tensors = config.n_layer + (value_tensors or config.n_value_tensors)  # keys, then values
-    return n_tensors * batch_size * config.kv_heads * seq_len * config.head_dim * dtype.itemsize
-
-
 class KVCache:
-    """Preallocated keys for every layer and values for those attended to (value_layer: svformer
-    holds L+1 tensors, not 2L). Layers store(); GPT.forward advances the length once per pass."""
+    """Preallocated keys for every layer and values for the layers attended to (value_layer), so
+    SVFormer's cache really holds L+1 tensors, not 2L. Layers store(); GPT.forward advances it."""
 
     def __init__(self, config, batch_size, max_len, device, dtype):
         shape = (batch_size, config.kv_heads, max_len, config.head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
-        self.value_of = [config.value_layer(n) for n in range(config.n_layer)]
-        self.values = {n: torch.zeros(shape, device=device, dtype=dtype) for n in set(self.value_of)}
+        self.value_layer = [config.value_layer(n) for n in range(config.n_layer)]
+        self.values = {n: torch.zeros(shape, device=device, dtype=dtype)
+                       for n in set(self.value_layer)}
         self.max_len, self.length = max_len, 0  # tokens stored so far, in every layer
 
     def store(self, layer, k, v):
@@ -113,9 +103,10 @@ class KVCache:
         self.keys[layer][:, :, start:end] = k
         if v is not None:
             self.values[layer][:, :, start:end] = v
-        return self.keys[layer][:, :, :end], self.values[self.value_of[layer]][:, :, :end]
+        return self.keys[layer][:, :, :end], self.values[self.value_layer[layer]][:, :, :end]
 
     def nbytes(self):
+        """The bytes it holds: the one count of a cache's size (sample.py, bench.py, the lab)."""
         return sum(t.numel() * t.element_size() for t in self.keys + list(self.values.values()))
 
 
@@ -156,7 +147,7 @@ class CausalSelfAttention(nn.Module):
         # has no V_1 before it, so a mode that mixes in V_1 starts at layer 2 (the second branch).
         if self.value_mode == "value_embed":  # every layer, the first one too
             lam, table = self.value_lambda, self.heads(self.value_embed(idx), self.n_kv_head)
-            value = (1 - lam) * v + lam * table  # U_n = A_n ((1 - l) V_n + l E_n[x])
+            value = (1 - lam) * v + lam * table.to(v.dtype)  # U_n = A_n ((1 - l) V_n + l E_n[x])
         elif self.layer_idx == 0 or self.value_mode == "vanilla":
             value = v  # U_n = A_n V_n
         elif self.value_mode == "resformer":
@@ -168,12 +159,19 @@ class CausalSelfAttention(nn.Module):
             raise NotImplementedError(f"value_mode {self.value_mode!r} has no line here yet")
 
         attended_value = value
-        if kv_cache is not None:  # values are stored only by layers that own them (svformer: V_1)
-            k, attended_value = kv_cache.store(self.layer_idx, k, value if self.owns_value else None)
+        if kv_cache is not None:  # only a layer that owns its value stores it (svformer: V_1)
+            k, attended_value = kv_cache.store(self.layer_idx, k,
+                                               value if self.owns_value else None)
+        group = self.n_head // self.n_kv_head
+        if group > 1 and not (q.is_cuda and torch.cuda.get_device_capability(q.device) >= (8, 0)):
+            # Grouped k, v go to SDPA as they are only where flash attention runs (CUDA sm80+);
+            # any other kernel would fall back to the slow math one, so repeat them per query head.
+            k, attended_value, group = (k.repeat_interleave(group, dim=1),
+                                        attended_value.repeat_interleave(group, dim=1), 1)
         # T == 1 decoding attends to the whole cache, so no mask; otherwise causal.
         y = F.scaled_dot_product_attention(q, k, attended_value, is_causal=T > 1,
                                            dropout_p=self.dropout if self.training else 0.0,
-                                           enable_gqa=self.n_kv_head != self.n_head)
+                                           enable_gqa=group > 1)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side again
         return self.resid_dropout(self.c_proj(y)), value
 
@@ -209,10 +207,9 @@ class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        vanilla_rng = torch.get_rng_state()  # where a vanilla model's draws would start
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),  # positions: used in forward only
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([Block(config, i) for i in range(config.n_layer)]),
             ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
@@ -224,21 +221,6 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
-        if config.value_mode != "vanilla":
-            self.start_like_vanilla(vanilla_rng)
-
-    @torch.no_grad()
-    def start_like_vanilla(self, vanilla_rng):
-        """Pairing: each tensor a mode shares with vanilla starts at vanilla's draw for the seed (not
-        one shifted by the mode's extra or missing tensors), so a one-seed difference is the mode's."""
-        with torch.random.fork_rng(devices=[]):  # the RNG goes on as if vanilla was never drawn
-            torch.set_rng_state(vanilla_rng)
-            vanilla = GPT(replace(self.config, value_mode="vanilla", lambda_1=0.5, lambda_2=0.5,
-                                  learnable_lambda=False)).state_dict()
-        for name, tensor in self.state_dict().items():  # svformer's c_attn: its q, k rows
-            if name in vanilla and tensor.dim() == vanilla[name].dim():
-                rows = tuple(slice(0, min(a, b)) for a, b in zip(tensor.shape, vanilla[name].shape))
-                tensor[rows].copy_(vanilla[name][rows])
 
     def _init_weights(self, module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -247,25 +229,24 @@ class GPT(nn.Module):
             torch.nn.init.zeros_(module.bias)
 
     def num_params(self, non_embedding=True):
-        """Parameters, by default without the position embeddings (the token ones are the head)."""
+        """Parameters, by default without the learned positions (the token table is the head)."""
         n = sum(p.numel() for p in self.parameters())
-        return n - self.transformer.wpe.weight.numel() if non_embedding else n
-
-    def lookup_tables(self):
-        """Every embedding but the token one (also the head, a matmul) and the positions."""
-        skip = (self.transformer.wte, self.transformer.wpe)
-        return [m for m in self.modules() if isinstance(m, nn.Embedding) and m not in skip]
-
-    def active_params(self):
-        """Parameters one token uses: num_params, with one row of each lookup table."""
-        return self.num_params() - sum(m.weight.numel() - m.embedding_dim
-                                       for m in self.lookup_tables())
+        wpe = self.transformer["wpe"] if "wpe" in self.transformer else None  # (RoPE has none)
+        return n - wpe.weight.numel() if non_embedding and wpe is not None else n
 
     @classmethod
     def from_checkpoint(cls, ckpt, device="cpu"):
-        """A trained model, in eval mode: GPT.from_checkpoint(data.load_checkpoint(path))."""
+        """A trained model in eval mode; a checkpoint of another shape or model.py is refused in
+        one line (ValueError) that says what differs."""
         model = cls(GPTConfig(**ckpt["model_args"]))
-        model.load_state_dict(ckpt["model"])
+        mine, theirs = model.state_dict(), ckpt["model"]
+        differ = sorted(set(mine) ^ set(theirs)) + [
+            k for k in mine if k in theirs and mine[k].shape != theirs[k].shape]
+        if differ:
+            raise ValueError(f"the checkpoint does not fit today's model.py: {len(differ)} "
+                             f"tensor(s) differ ({', '.join(differ[:3])}{', ...' * (len(differ) > 3)}"
+                             f"); it was trained by other code: train it again")
+        model.load_state_dict(theirs)
         return model.to(device).eval()
 
     def forward(self, idx, targets=None, all_logits=False, kv_cache=None):
@@ -277,6 +258,8 @@ class GPT(nn.Module):
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of {start + T} tokens exceeds "
                              f"block_size {self.config.block_size}")
+        # Learned positions, GPT-2's: a vector per position added to each token's. (RoPE instead
+        # rotates q and k in every layer: the README's recipe replaces this line and wpe.)
         pos = torch.arange(start, start + T, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         first_value = None
@@ -291,9 +274,6 @@ class GPT(nn.Module):
             return self.lm_head(x if all_logits else x[:, -1:, :]), None
         logits = self.lm_head(x)
         return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
-
-    def kv_cache_bytes(self, batch_size, seq_len, dtype=torch.float32, value_tensors=None):
-        return kv_cache_bytes(self.config, batch_size, seq_len, dtype, value_tensors)
 
     def new_kv_cache(self, batch_size, max_len=None, dtype=None):
         """An empty cache on the model's device; dtype defaults to the model's (or autocast's)."""
@@ -314,7 +294,8 @@ class GPT(nn.Module):
             raise ValueError("generate fills the KV cache from the prompt: pass an empty one "
                              "(GPT.new_kv_cache), or None for a fresh one")
         limit = min(self.config.block_size, kv_cache.max_len if kv_cache else math.inf)
-        tokens = torch.empty(B, T + max_new_tokens, dtype=idx.dtype, device=idx.device)  # no cat
+        # one buffer for prompt and new tokens, so no step copies the sequence (torch.cat would)
+        tokens = torch.empty(B, T + max_new_tokens, dtype=idx.dtype, device=idx.device)
         tokens[:, :T] = idx
         next_input = None
         for end in range(T, T + max_new_tokens):
@@ -338,15 +319,15 @@ class GPT(nn.Module):
         new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, kv_cache))
         return torch.cat([idx] + new, dim=1)
 
-    def flops_per_token(self, seq_len=None):
-        """Training FLOPs per token (PaLM): 6 x the matmul weights, plus 12 L C T for attention."""
-        seq_len = seq_len or self.config.block_size
-        matmul_params = self.num_params() - sum(m.weight.numel() for m in self.lookup_tables())
-        return 6 * matmul_params + 12 * self.config.n_layer * self.config.n_embd * seq_len
-
-    def estimate_mfu(self, tokens_per_second, peak_flops, seq_len=None):
-        """Model FLOPs utilisation: achieved training FLOP/s over the hardware's peak."""
-        return self.flops_per_token(seq_len) * tokens_per_second / peak_flops
+    def estimate_mfu(self, tokens_per_second, peak_flops):
+        """Model FLOPs utilisation (PaLM's count, as nanoGPT): 6 FLOPs per weight a token meets in
+        a matmul, plus attention's 12 L C T, over the hardware's peak. Lookup tables (a value
+        embedding's) multiply nothing, so they do not count."""
+        c = self.config
+        tables = sum(m.weight.numel() for name, m in self.named_modules() if isinstance(
+            m, nn.Embedding) and name not in ("transformer.wte", "transformer.wpe"))
+        flops_per_token = 6 * (self.num_params() - tables) + 12 * c.n_layer * c.n_embd * c.block_size
+        return flops_per_token * tokens_per_second / peak_flops
 
     def parameter_groups(self):
         """Lists of (name, parameter): "mixing" (MIXING_WEIGHTS), "decay" (2-D), "no_decay"."""
@@ -364,8 +345,7 @@ class GPT(nn.Module):
                 p.detach().cpu().tolist() if p.numel() <= 2 else p.detach().mean().item()
                 for name, p in self.parameter_groups()["mixing"]}
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type,
-                             lambda_lr_scale=1.0):
+    def configure_optimizers(self, weight_decay, learning_rate, betas, lambda_lr_scale=1.0):
         """AdamW over parameter_groups(), lr x "lr_scale": lambda_lr_scale for mixing weights, as
         each scales a layer's values and Adam moves a scalar ~lr per step whatever its gradient."""
         groups = self.parameter_groups()
@@ -374,9 +354,22 @@ class GPT(nn.Module):
         param_groups = [{"params": [p for _, p in groups[kind]], "weight_decay": decay,
                          "lr_scale": scale} for kind, (decay, scale) in how.items()
                         if groups[kind] or kind != "mixing"]
-        fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
+        fused = self.lm_head.weight.is_cuda and "fused" in inspect.signature(
+            torch.optim.AdamW).parameters  # one kernel for every tensor's update
         return torch.optim.AdamW(param_groups, lr=learning_rate, betas=betas,
                                  **({"fused": True} if fused else {}))
+
+
+def mixing_by_layer(mixing):
+    """{label: {layer (1-based): [values]}} from mixing_weights(): 'transformer.h.3.attn.
+    value_lambdas' is lambda_1/lambda_2 of layer 4; a weight outside the blocks is layer 0."""
+    kinds = {}
+    for name, value in mixing.items():
+        parts = name.removesuffix(":mean").split(".")
+        layer = int(parts[2]) + 1 if parts[:2] == ["transformer", "h"] else 0
+        label = MIXING_WEIGHTS.get(parts[-1], parts[-1])
+        kinds.setdefault(label, {})[layer] = value if isinstance(value, list) else [value]
+    return kinds
 
 
 def sample_next(logits, temperature=1.0, top_k=None):

@@ -4,11 +4,12 @@
     python prepare.py --tokenizer=gpt2     # the plays in GPT-2 tokens: data/shakespeare_gpt2/
     python prepare.py --input=my_texts/    # your UTF-8 text: a file, a folder, a glob
     python prepare.py --dataset=tinyshakespeare               # nanoGPT's input.txt, downloaded once
-    python prepare.py --dataset=fineweb_edu --tokenizer=gpt2   # FineWeb-Edu (datasets + network)
+    python prepare.py --dataset=fineweb_edu --tokenizer=gpt2 --max_tokens=300000000  # streamed
 
+A dataset's shards go into a new folder inside data/<name>/; meta.json, written last and whole,
+names them. So a kill at any moment leaves the old dataset or the new one, never half of one; a
+stopped stream (FineWeb) keeps its finished shards, and the same command again goes on from them.
 """
-import contextlib
-import glob
 import itertools
 import json
 import lzma
@@ -17,31 +18,37 @@ import os
 import random
 import shutil
 import sys
+import tempfile
 import time
 import urllib.request
 
 import numpy as np
 
 import data
-from configurator import ConfigError, between, parse_args, plural, run_main
+from configurator import ConfigError, parse_args, plural, run_main
 
 SETTINGS = dict(
     dataset=("shakespeare", "shakespeare (the plays in corpus/), tinyshakespeare or fineweb_edu; "
-                            "with --input, a name for your text", ),
+                            "with --input, a name for your text"),
     input=("", "your own UTF-8 text: a file, a folder (its *.txt and *.md files) or a glob"),
     tokenizer=("byte", "byte (nothing to download), gpt2, or another tiktoken encoding"),
     name=("", "the dataset's folder under out_root (empty: <dataset>_<tokenizer>)"),
     val_fraction=(0.1, "share of the documents for validation (of each one's tokens, with fewer "
-                       "than 1/val_fraction documents)", between(0.001, 0.5)),
+                       "than 1/val_fraction documents)", (0.001, 0.5)),
     seed=(1337, "seed of the train/val split"),
-    shard_size=(100_000_000, "tokens per shard", between(1, 2**31 - 1)),
+    shard_size=(100_000_000, "tokens per shard, at most", (1, 2**31 - 1)),
+    max_tokens=(0, "stop after about this many tokens (0: all of it; FineWeb-Edu: a first run "
+                   "needs a few hundred million, not 10 billion)", (0, None)),
     out_root=(data.DATA_ROOT, "where <name>/ goes"),
     quiet=(False, "print nothing but errors (train.py runs it so on first use)"),
 )
-USAGE = "usage: python prepare.py [--key=value ...]"
+USAGE = "python prepare.py [--key=value ...]"
 PLAYS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus",
                      "shakespeare_plays.txt.xz")
 DATASETS = ("shakespeare", "tinyshakespeare", "fineweb_edu")
+TINYSHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
+                       "tinyshakespeare/input.txt")
+FINEWEB_VAL_TOKENS = 100_000_000  # FineWeb's val: its first 100M tokens, like llm.c's val shard
 
 
 def prepare(cfg, documents=None):
@@ -60,36 +67,67 @@ def prepare(cfg, documents=None):
     name = cfg.name or f"{cfg.dataset}_{tok.name}"
     if name in (".", "..") or os.sep in name:
         raise ConfigError(f"--name={name}: a name, not a path (--out_root says where it goes)")
-
+    out_dir, stream = os.path.join(cfg.out_root, name), not isinstance(documents, list)
+    recipe = {"source": source, "tokenizer": tok.name, "shard_size": cfg.shard_size,
+              "max_tokens": cfg.max_tokens, "val_fraction": cfg.val_fraction, "seed": cfg.seed}
+    folder, progress = shard_folder(out_dir, recipe if stream else None)
+    shards = {s: Shards(folder, f"{name}_{s}", cfg.shard_size, tok.vocab_size)
+              for s in ("train", "val")}
+    for s, shard in shards.items():  # a stopped stream's finished shards, kept
+        shard.written = [w for w in progress["shards"] if w["split"] == s]
+        shard.tokens = sum(w["tokens"] for w in shard.written)
     # Validation is held-out text: with enough documents whole ones (1 in 1/val_fraction, at random:
-    # 3 of the 38 plays); with fewer, the last val_fraction of each (nanoGPT's Tiny Shakespeare).
-    many = isinstance(documents, list) and sum(map(bool, documents)) >= 1 / cfg.val_fraction
-    split = (by_document(cfg) if many else by_tail(cfg) if isinstance(documents, list)
-             else first_tokens())  # FineWeb's stream: its first 100M tokens
-    out_dir = os.path.join(cfg.out_root, name)
-    with new_folder(out_dir) as folder:
-        shards = {s: Shards(folder, f"{name}_{s}", cfg.shard_size, tok.vocab_size)
-                  for s in ("train", "val")}
-        count = 0
-        for ids in tokenize(documents, tok, cfg.quiet):
-            count += 1
+    # 3 of the 38 plays); with fewer, the last val_fraction of each (nanoGPT's Tiny Shakespeare);
+    # of a stream its first documents (FineWeb: 100M tokens, or val_fraction of max_tokens).
+    if stream:
+        split = first_tokens(min(FINEWEB_VAL_TOKENS, int(cfg.max_tokens * cfg.val_fraction)
+                                 or FINEWEB_VAL_TOKENS), shards["val"].tokens)
+    else:
+        many = sum(map(bool, documents)) >= 1 / cfg.val_fraction
+        split = by_document(cfg) if many else by_tail(cfg)
+    count = progress["documents"]
+    try:
+        for ids in tokenize(itertools.islice(documents, count, None), tok, cfg.quiet):
             for which, part in split(ids):
-                shards[which].add(part)
+                if shards[which].add(part) and stream:  # a shard finished: note where it ends
+                    save_progress(folder, recipe, count, shards)
+            count += 1
+            if cfg.max_tokens and shards["train"].tokens + shards["val"].tokens >= cfg.max_tokens:
+                break
         for s in shards.values():
             s.flush()
-        if not shards["train"].tokens or not shards["val"].tokens:
-            raise data.DataError(f"{source}: too little text for a train and a val split "
-                                 f"({shards['train'].tokens} + {shards['val'].tokens} tokens)")
-        meta = {"name": name, "source": source, "tokenizer": tok.name,
-                "vocab_size": tok.vocab_size, "eot": tok.eot, "documents": count,
-                "val_fraction": cfg.val_fraction, "seed": cfg.seed,
-                "train_tokens": shards["train"].tokens, "val_tokens": shards["val"].tokens,
-                "shards": shards["train"].written + shards["val"].written,
-                "seconds": round(time.time() - t0, 2),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        with open(os.path.join(folder, "meta.json"), "w") as f:
-            json.dump(meta, f, indent=1)
+    except BaseException:
+        if not (stream and os.path.exists(os.path.join(folder, "progress.json"))):
+            shutil.rmtree(folder, ignore_errors=True)  # nothing kept: the old dataset stands
+        elif not cfg.quiet:
+            print(f"stopped: the {plural(len(progress['shards']), 'finished shard')} in {folder} "
+                  f"are kept; the same command again goes on from them", file=sys.stderr)
+        raise
+    if not shards["train"].tokens or not shards["val"].tokens:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise data.DataError(f"{source}: too little text for a train and a val split "
+                             f"({shards['train'].tokens} + {shards['val'].tokens} tokens)")
+    meta_path = os.path.join(out_dir, "meta.json")
+    before = json.load(open(meta_path)).get("source") if os.path.isfile(meta_path) else source
+    meta = {"name": name, "source": source, "tokenizer": tok.name, "vocab_size": tok.vocab_size,
+            "eot": tok.eot, "documents": count, "val_fraction": cfg.val_fraction,
+            "seed": cfg.seed, "max_tokens": cfg.max_tokens, "train_tokens": shards["train"].tokens,
+            "val_tokens": shards["val"].tokens,
+            "shards": [{**w, "file": os.path.join(os.path.basename(folder), w["file"])}
+                       for s in shards.values() for w in s.written],
+            "seconds": round(time.time() - t0, 2),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with data.atomic_write(meta_path, "w") as f:  # the switch from the old dataset to this one
+        json.dump(meta, f, indent=1)
+    for entry in os.listdir(out_dir):  # then the old dataset's shards go, and stopped runs'
+        path = os.path.join(out_dir, entry)
+        if entry != "meta.json" and path != folder:
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    if os.path.exists(os.path.join(folder, "progress.json")):
+        os.remove(os.path.join(folder, "progress.json"))
     if not cfg.quiet:
+        if before != source:
+            print(f"replaced {out_dir}, which held {before}")
         print(f"wrote {out_dir}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val "
               f"tokens, {plural(len(meta['shards']), 'shard')}, {tok.name} (vocab "
               f"{tok.vocab_size}), {meta['seconds']}s")
@@ -104,14 +142,14 @@ def main(argv):
         if not arg.startswith("-"):
             raise ConfigError(f"{arg}: prepare.py takes only --key=value settings "
                               f"(your text: --input={arg})")
-    cfg = parse_args(SETTINGS, argv, USAGE, "prepare.py")
+    cfg = parse_args(SETTINGS, argv, USAGE)
     if cfg.dataset not in DATASETS and not cfg.input:
         raise ConfigError(f"--dataset={cfg.dataset}: choose {', '.join(DATASETS)}, or give your "
                           f"text with --input=PATH (then --dataset names it)")
     prepare(cfg)
 
 
-# ---- the parts: the split, tokenizing, the shards, and the folder they go into ----
+# ---- the parts: the split, tokenizing, the shards and the folder they go into ----
 
 def by_document(cfg):
     """Whole documents to val: in each run of ~1/val_fraction documents, one picked at random
@@ -136,10 +174,19 @@ def by_tail(cfg):
     return split
 
 
+def first_tokens(val_tokens, seen=0):
+    """A stream's first documents to val until they hold val_tokens tokens; the rest to train."""
+    def split(ids):
+        nonlocal seen
+        which = "val" if seen < val_tokens else "train"
+        seen += len(ids) if which == "val" else 0
+        return [(which, ids)]
+    return split
+
+
 def tokenize(documents, tok, quiet, batch=256):
     """Each document's tokens (uint32, an end-of-text token first), encoded in batches (threads)."""
     t0, n_bytes, n_tokens = time.time(), 0, 0
-    documents = iter(documents)
     while texts := list(itertools.islice(documents, batch)):
         for ids in tok.encode_batch([t for t in texts if t]):
             n_tokens += len(ids) + 1
@@ -151,7 +198,8 @@ def tokenize(documents, tok, quiet, batch=256):
 
 
 class Shards:
-    """One split's tokens, cut into shards of shard_size tokens as they come."""
+    """One split's tokens, cut into shards of at most shard_size tokens at document boundaries
+    (a longer document is cut where it must), so a stopped stream resumes at a document."""
 
     def __init__(self, folder, stem, shard_size, vocab_size):
         self.folder, self.stem, self.vocab_size = folder, stem, vocab_size
@@ -159,59 +207,50 @@ class Shards:
         self.n, self.tokens, self.written = 0, 0, []
 
     def add(self, ids):
+        """Append one document's tokens; True if a shard was finished before it."""
+        finished = self.n + len(ids) > len(self.buf) and self.n > 0
+        if finished:
+            self.flush()
         while len(ids):
             k = min(len(ids), len(self.buf) - self.n)
             self.buf[self.n:self.n + k], ids = ids[:k], ids[k:]
             self.n, self.tokens = self.n + k, self.tokens + k
-            if self.n == len(self.buf):
+            if len(ids):
                 self.flush()
+        return finished
 
     def flush(self):
         if self.n:
             file = f"{self.stem}_{len(self.written):06d}.bin"
-            sha = data.write_shard(os.path.join(self.folder, file), self.buf[:self.n], self.vocab_size)
+            sha = data.write_shard(os.path.join(self.folder, file), self.buf[:self.n],
+                                   self.vocab_size)
             self.written.append({"file": file, "split": self.stem.rpartition("_")[2],
                                  "tokens": self.n, "sha256": sha})
             self.n = 0
 
 
-@contextlib.contextmanager
-def new_folder(out_dir):
-    """with new_folder(out_dir) as folder: write into out_dir.tmp<pid>/, which replaces out_dir
-    only when complete; an error or Ctrl-C removes it, and out_dir stays as it was."""
-    tmp = f"{out_dir}.tmp{os.getpid()}"
-    old = f"{tmp}.old"
-    data.put_back(out_dir)  # first, so that the next line never deletes the only copy
-    for dead in data.dead_runs(out_dir):
-        shutil.rmtree(dead, ignore_errors=True)
-    os.makedirs(tmp)
-    try:
-        yield tmp
-    except BaseException as error:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(error, OSError) and error.errno == 28:  # ENOSPC
-            raise data.DataError(f"no space left on device while writing {out_dir}: this run's "
-                                 f"files are removed, the dataset there is unchanged; free some "
-                                 f"space") from None
-        raise
-    try:
-        if os.path.exists(out_dir):
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-    except BaseException:  # in the switch: the old one back in place, this run's removed
-        if os.path.exists(old) and not os.path.exists(out_dir):
-            os.replace(old, out_dir)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+def shard_folder(out_dir, recipe):
+    """(a folder in out_dir for this run's shards, what is in it): a stopped run's of the same
+    recipe (a stream's), or a new one."""
+    os.makedirs(out_dir, exist_ok=True)
+    for entry in sorted(os.listdir(out_dir)) if recipe else []:
+        path = os.path.join(out_dir, entry, "progress.json")
+        if os.path.isfile(path) and json.load(open(path))["recipe"] == recipe:
+            progress = json.load(open(path))
+            kept = plural(len(progress["shards"]), "shard")
+            print(f"going on after {progress['documents']:,} documents ({kept} kept in "
+                  f"{os.path.dirname(path)})", file=sys.stderr)
+            return os.path.dirname(path), progress
+    return tempfile.mkdtemp(prefix="shards-", dir=out_dir), {"documents": 0, "shards": []}
+
+
+def save_progress(folder, recipe, documents, shards):
+    with data.atomic_write(os.path.join(folder, "progress.json"), "w") as f:
+        json.dump({"recipe": recipe, "documents": documents,
+                   "shards": [w for s in shards.values() for w in s.written]}, f)
 
 
 # ---- the other sources: your files, Tiny Shakespeare, FineWeb-Edu ----
-
-TINYSHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
-                       "tinyshakespeare/input.txt")
-FINEWEB_VAL_TOKENS = 100_000_000  # FineWeb's val: its first 100M tokens, like llm.c's val shard
-
 
 def other_source(cfg):
     """(documents: a list of texts, or a stream for FineWeb; what they are, for meta.json)."""
@@ -231,6 +270,7 @@ def other_source(cfg):
 
 def local_files(pattern):
     """A file, a folder (its *.txt and *.md files, saying what else it skips) or a glob."""
+    import glob
     if os.path.isfile(pattern):
         return [pattern]
     if not os.path.isdir(pattern):
@@ -279,21 +319,10 @@ def fineweb_edu():
         for doc in datasets.load_dataset("HuggingFaceFW/fineweb-edu", name="sample-10BT",
                                          split="train", streaming=True):
             yield doc["text"]
-    except Exception as e:  # offline, the hub down, ...
+    except Exception as e:  # offline, the hub down, a connection lost half way ...
         raise data.DataError(f"could not stream FineWeb-Edu from the Hugging Face hub "
                              f"({type(e).__name__}: {e}); offline, use --dataset=shakespeare "
                              f"or --input=PATH") from None
-
-
-def first_tokens():
-    """FineWeb's split: the first FINEWEB_VAL_TOKENS tokens are val, the rest train."""
-    seen = [0]
-
-    def split(ids):
-        k = max(0, min(len(ids), FINEWEB_VAL_TOKENS - seen[0]))
-        seen[0] += k
-        return [("val", ids[:k]), ("train", ids[k:])]
-    return split
 
 
 if __name__ == "__main__":

@@ -6,15 +6,16 @@
     python train.py --resume --max_iters=8000        # continue out_dir/ckpt.pt exactly, further
     torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m.py   # 8 GPUs, same step
 """
-import bisect
-import contextlib
 import fcntl  # the lock on a run's folder (POSIX: Linux, macOS; on Windows, use WSL)
-import gc
-import itertools
 import json
 import math
 import os
+import re
+import subprocess
+import sys
 import time
+from contextlib import nullcontext
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -22,69 +23,73 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
-from configurator import (COUNT, POSITIVE, ConfigError, above, at_least, between, defaults,
-    given_keys, gpu_peak_flops, one_of, parse_args, plural, run_main, setup_device)
-from model import GPT, VALUE_MODES, GPTConfig
+from configurator import ConfigError, UserError, given, parse_args, plural, run_main, setup_device
+from model import GPT, GPTConfig, mixing_by_layer
 
-# The settings, name=(default, meaning[, check]); the defaults are config/quickstart.py's.
+# The settings, name=(default, meaning[, (lowest, highest)]); the defaults are config/quickstart.py.
 SETTINGS = dict(
     out_dir=("out", "folder for ckpt.pt and log.jsonl"),
-    eval_interval=(500, "evaluate (and save a checkpoint) every this many steps", POSITIVE),
-    log_interval=(100, "print and log the training loss every this many steps", POSITIVE),
-    eval_iters=(20, "batches per loss estimate during training", POSITIVE),
+    eval_interval=(500, "evaluate (and save a checkpoint) every this many steps", (1, None)),
+    log_interval=(100, "print and log the training loss every this many steps", (1, None)),
+    eval_iters=(20, "batches per loss estimate during training", (1, None)),
     resume=(False, "continue out_dir/ckpt.pt: its settings, changed only where given"),
-    overwrite=(False, "start afresh even if out_dir already holds a checkpoint"),
-    seed=(1337, "seed of the initial weights and of the order of the training batches",
-          between(0, 2**63 - 1)),  # (torch's seeds)
-    nudge=(0, "nonzero: each initial weight one float32 step up or down (a seeded coin)", COUNT),
+    overwrite=(False, "start afresh where out_dir holds a checkpoint (kept until the new one)"),
+    seed=(1337, "seed of the initial weights and of the training batches", (0, 2**63 - 1)),
     dataset=(data.DEFAULT_DATASET, "data/<dataset>/ from prepare.py, or a path to such a folder"),
-    batch_size=(12, "sequences per micro-step", POSITIVE),
-    block_size=(64, "tokens per sequence (the model's context length)", POSITIVE),
+    batch_size=(12, "sequences per micro-step", (1, None)),
+    block_size=(64, "tokens per sequence (the model's context length)", (1, None)),
     gradient_accumulation_steps=(0, "micro-steps per optimizer step, in all, divided over "
-                                    "torchrun's processes (0 = one per process)", COUNT),
+                                    "torchrun's processes (0 = one per process)", (0, None)),
     # the model (GPTConfig in model.py)
-    n_layer=(4, "transformer blocks", POSITIVE),
-    n_head=(4, "attention heads", POSITIVE),
-    n_kv_head=(0, "key/value heads for grouped-query attention (0 = n_head)", COUNT),
-    n_embd=(128, "model width", POSITIVE),
-    dropout=(0.0, "dropout rate", between(0.0, 0.99)),
+    n_layer=(4, "transformer blocks", (1, None)),
+    n_head=(4, "attention heads", (1, None)),
+    n_kv_head=(0, "key/value heads for grouped-query attention (0 = n_head)", (0, None)),
+    n_embd=(128, "model width", (1, None)),
+    dropout=(0.0, "dropout rate", (0.0, 0.99)),
     bias=(False, "biases in Linear and LayerNorm layers"),
-    value_mode=("resformer", " | ".join(VALUE_MODES) + " (model.py)", one_of(*VALUE_MODES)),
+    value_mode=("resformer", "vanilla, resformer, svformer or value_embed (model.py)"),
     lambda_1=(0.5, "resformer: weight of layer 1's value V_1 in every later layer's value"),
     lambda_2=(0.5, "resformer: weight of the layer's own value V_n (the paper's sweep: 1)"),
     learnable_lambda=(False, "resformer: learn (lambda_1, lambda_2) per layer, from the above"),
-    lambda_lr_scale=(1.0, "mixing weights (e.g. learned lambdas): their lr as a multiple of the "
-                          "weights'", at_least(0.0)),
+    lambda_lr_scale=(1.0, "mixing weights (learned lambdas): their lr as a multiple of the "
+                          "weights'", (0.0, None)),
     # AdamW, and the schedule (get_lr): a linear warmup, then a cosine down to min_lr
-    learning_rate=(3e-3, "peak learning rate", above(0.0)),
-    max_iters=(6000, "optimizer steps in all", COUNT),
+    learning_rate=(3e-3, "peak learning rate", (1e-12, None)),
+    max_iters=(6000, "optimizer steps in all", (0, None)),
     weight_decay=(0.1, "AdamW weight decay (of the matrices: model.py's parameter_groups)",
-                  at_least(0.0)),
-    beta1=(0.9, "AdamW beta1", between(0.0, 0.9999)),
-    beta2=(0.95, "AdamW beta2", between(0.0, 0.9999)),
-    grad_clip=(1.0, "clip the gradient norm to this (0 = off)", at_least(0.0)),
-    warmup_iters=(100, "linear warmup steps (clipped to the run)", COUNT),
-    lr_decay_iters=(0, "step where the cosine reaches min_lr (0 = max_iters)", COUNT),
-    min_lr=(3e-4, "final learning rate (at most learning_rate)", at_least(0.0)),
+                  (0.0, None)),
+    beta1=(0.9, "AdamW beta1", (0.0, 0.9999)),
+    beta2=(0.95, "AdamW beta2", (0.0, 0.9999)),
+    grad_clip=(1.0, "clip the gradient norm to this (0 = off)", (0.0, None)),
+    warmup_iters=(100, "linear warmup steps (clipped to the run)", (0, None)),
+    lr_decay_iters=(0, "step where the cosine reaches min_lr (0 = max_iters)", (0, None)),
+    min_lr=(3e-4, "final learning rate (at most learning_rate)", (0.0, None)),
     device=("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps"),
     dtype=("auto", "auto (bfloat16 where the GPU has it natively, float16 with loss scaling on "
                    "older CUDA GPUs, else float32), float32, bfloat16, float16"),
     compile=(False, "torch.compile the model (GPU; slow to start)"),
 )
 ACTIONS = ("resume", "overwrite")  # what a command does, not what a run is
-USAGE = "usage: python train.py [config/preset.py ...] [--key=value ...]"
+USAGE = "python train.py [config/preset.py ...] [--key=value ...]"
+# Dense 16-bit tensor-core peak FLOP/s per GPU, for MFU: a GPU not listed gets none rather than a
+# wrong one. Hopper SXM 989.4 TFLOP/s (datasheets: twice that, with sparsity), NVL 835, PCIe 756.
+GPU_PEAK_FLOPS = {
+    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12, "H100": 989.4e12, "H200": 989.4e12,
+    "GH200": 989.4e12, "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
+    "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
 
 
-def decay_end(cfg):
-    return cfg.lr_decay_iters or cfg.max_iters  # 0 means: at the last step
-
-
-def warmup_steps(cfg):  # a warmup that would fill the schedule is cut to a tenth of it
-    return cfg.warmup_iters if cfg.warmup_iters < decay_end(cfg) else decay_end(cfg) // 10
+def gpu_peak_flops(gpu, dtype):
+    """The 16-bit peak of 'NVIDIA H100 80GB HBM3' (its longest key, a whole word), else None."""
+    return next((GPU_PEAK_FLOPS[n] for n in sorted(GPU_PEAK_FLOPS, key=len, reverse=True)
+                 if gpu and dtype != "float32" and re.search(rf"(?<!\w){re.escape(n)}(?!\w)", gpu)),
+                None)
 
 
 def get_lr(it, cfg):
-    warmup, end = warmup_steps(cfg), decay_end(cfg)
+    """A linear warmup (cut to a tenth of the run if it would fill it), then a cosine to min_lr."""
+    end = cfg.lr_decay_iters or cfg.max_iters
+    warmup = cfg.warmup_iters if cfg.warmup_iters < end else end // 10
     if it < warmup:
         return cfg.learning_rate * (it + 1) / (warmup + 1)
     if it >= end:
@@ -93,12 +98,14 @@ def get_lr(it, cfg):
     return cfg.min_lr + cosine * (cfg.learning_rate - cfg.min_lr)
 
 
-def training_step(model, optimizer, scaler, batches, grad_accum, grad_clip, autocast):
-    """One AdamW step on grad_accum micro-batches (bench.py times this very step); the last loss."""
+def training_step(model, optimizer, batches, grad_accum, grad_clip, amp):
+    """One AdamW step on grad_accum micro-batches (bench.py times this very step); the last loss.
+    amp: (autocast, GradScaler), the scaler on only in float16."""
+    autocast, scaler = amp
     for micro_step in range(grad_accum):
         # DDP averages gradients over processes in backward(): only the last micro-step needs it.
         last = micro_step == grad_accum - 1
-        with model.no_sync() if isinstance(model, DDP) and not last else contextlib.nullcontext():
+        with model.no_sync() if isinstance(model, DDP) and not last else nullcontext():
             x, y = batches.next()
             with autocast:
                 _, loss = model(x, y)
@@ -114,140 +121,202 @@ def training_step(model, optimizer, scaler, batches, grad_accum, grad_clip, auto
     return loss
 
 
-def train(cfg, given=None):
-    """One run: returns its numbers and model. given: the settings typed, which --resume changes."""
-    # Under torchrun each process runs this file (RANK: which, WORLD_SIZE: how many); rank 0 writes.
+@torch.no_grad()  # measuring needs no gradients: no graph is kept, which saves memory and time
+def estimate_loss(model, batches, eval_iters, autocast):
+    """Mean loss over the same eval_iters batches of each split; eval() turns dropout off."""
+    model.eval()
+    losses = {}
+    for split, split_batches in batches.items():
+        split_batches.reset()
+        total = torch.zeros((), device=model.lm_head.weight.device)  # summed there: one sync
+        for _ in range(eval_iters):
+            with autocast:
+                total += model(*split_batches.next())[1].float()
+        losses[split] = total.item() / eval_iters
+    model.train()
+    return losses
+
+
+def train(cfg, typed=()):
+    """One run; returns its numbers and model. typed: the settings given, which a resume changes."""
+    # Where it runs. Under torchrun each process runs this file (RANK: which, WORLD_SIZE: how
+    # many, LOCAL_RANK: its GPU on this machine); rank 0 writes the files.
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    folder_lock = lock(cfg.out_dir) if rank == 0 else None  # out_dir is this run's until it ends
+    ckpt = None
+    if cfg.resume:  # the checkpoint's settings, changed only where given
+        ckpt = data.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"))
+        cfg = resumed(cfg, typed, ckpt)
+    elif os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt")) and not cfg.overwrite:
+        raise ConfigError(f"{cfg.out_dir} already holds a checkpoint: continue it with --resume, "
+                          f"or train into another --out_dir (--overwrite replaces it)")
     check(cfg, world)
     device, dtype, autocast = setup_device(cfg.device, cfg.dtype)
+    if world > 1:
+        if device.startswith("cuda"):
+            device = f"cuda:{os.environ['LOCAL_RANK']}"
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+
+    # The data: the plays are prepared on first use (by rank 0; the others wait at the barrier).
     data_dir = data.dataset_dir(cfg.dataset)
-    if cfg.dataset == data.DEFAULT_DATASET and not cfg.resume:  # the plays, on first use:
-        data.prepare_default(data_dir, wait=rank != 0)  # rank 0 tokenizes, the others wait
-    identity = None if cfg.resume else data.data_identity(data_dir)  # missing data fails here
-    with contextlib.ExitStack() as held:  # what the run holds, let go however it ends
-        held.enter_context(locked(cfg.out_dir, rank))  # out_dir is this run's until it ends
-        ckpt, changes = checkpoint_to_resume(cfg), {}
-        if ckpt is not None:  # --resume: the checkpoint's settings, changed only where given
-            cfg, changes, identity = resumed(cfg, given, ckpt, world)
-            data_dir = data.dataset_dir(cfg.dataset)  # the checkpoint's, unless --dataset given
-            device, dtype, autocast = setup_device(cfg.device, cfg.dtype)  # and its dtype
-        if world > 1:  # each process its own GPU (LOCAL_RANK: its number on this machine)
-            if device.startswith("cuda"):
-                device = f"cuda:{os.environ['LOCAL_RANK']}"
-                torch.cuda.set_device(device)
-            dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
-            held.callback(end_process_group)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        grad_accum = cfg.gradient_accumulation_steps // world or 1  # micro-steps per process
-        tokens_per_step = cfg.batch_size * cfg.block_size * grad_accum * world
-        log = Log(cfg.out_dir, rank == 0, resume_at=ckpt and ckpt["iter_num"])
+    if rank == 0 and cfg.dataset == data.DEFAULT_DATASET and not os.path.exists(
+            os.path.join(data_dir, "meta.json")):
+        print(f"{data_dir} is not prepared yet: running python prepare.py (once, offline)")
+        prepare_py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prepare.py")
+        if subprocess.run([sys.executable, prepare_py, "--quiet"]).returncode != 0:
+            raise data.DataError("python prepare.py failed (see above); run it to see why")
+    if world > 1:
+        dist.barrier()
+    meta, identity = data.load_meta(data_dir), data.data_identity(data_dir)
+    vocab = -(-meta["vocab_size"] // 64) * 64  # padded to a multiple of 64: faster matmuls
+    config = GPTConfig.from_dict({**vars(cfg), "vocab_size": vocab})
+    if ckpt is not None and ckpt["data"]["sha256"] != identity["sha256"]:
+        raise data.DataError(f"cannot resume {cfg.out_dir}/ckpt.pt: {data_dir} now holds other "
+                             f"data than it trained on; prepare that data again, or start anew")
+    shards = {s: [data.read_shard(p, meta["vocab_size"]) for p in data.list_shards(data_dir, s)]
+              for s in ("train", "val")}
 
-        # The data: random train windows (a stream per process), fixed ones for the loss estimates.
-        meta = data.load_meta(data_dir)
-        splits = {split: [data.read_shard(p, meta["vocab_size"]) for p in
-                          data.list_shards(data_dir, split)] for split in ("train", "val")}
-        batches = Batches(splits["train"], cfg, rank_seed(cfg.seed, rank), "train", device)
-        fixed = {s: Batches(shards, cfg, 1234, s, device) for s, shards in splits.items()}
+    # The model and AdamW, fresh or resumed: the same seed gives every process the same weights.
+    torch.manual_seed(cfg.seed)
+    raw_model = GPT(config)
+    if config.value_mode != "vanilla":
+        start_like_vanilla(raw_model, cfg.seed)  # paired: every shared tensor starts as vanilla's
+    if ckpt is not None:
+        raw_model.load_state_dict(ckpt["model"])
+    raw_model.to(device)  # before AdamW: its state lives where the weights do
+    optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
+                                               (cfg.beta1, cfg.beta2), cfg.lambda_lr_scale)
+    # What a step needs in memory, said before it is tried: on a GPU a batch_size that does not
+    # fit is halved (the micro-steps doubled) until it does; elsewhere too much is refused.
+    grad_accum = cfg.gradient_accumulation_steps // world or 1  # micro-steps per process
+    grad_accum, memory_line = fit_memory(raw_model, cfg, grad_accum, device, dtype)
+    # From here on each process draws its own numbers (dropout, and its stream of random train
+    # windows): rank 0's seed is the seed; another rank's is drawn from (seed, rank), so that it
+    # is no plain seed's. The loss estimates use the same fixed windows every time.
+    seed = cfg.seed if rank == 0 else int(
+        np.random.SeedSequence([cfg.seed, rank]).generate_state(1, np.uint64)[0] >> 1)
+    torch.manual_seed(seed)
+    batches = data.Batches(shards["train"], cfg.batch_size, cfg.block_size, seed, "train", device)
+    fixed = {s: data.Batches(shards[s], cfg.batch_size, cfg.block_size, 1234, s, device)
+             for s in shards}
+    tokens_per_step = cfg.batch_size * cfg.block_size * grad_accum * world
+    record = {"format": data.CHECKPOINT_FORMAT, "data": identity, "iter_num": 0,
+              "best_val_loss": float("inf"), "val_loss": None, "model_args": vars(config),
+              "config": {k: v for k, v in vars(cfg).items() if k not in ACTIONS},
+              "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")}, "log": []}
+    if ckpt is not None:
+        optimizer.load_state_dict(ckpt["optimizer"])
+        record.update({k: ckpt.get(k) for k in ("iter_num", "best_val_loss", "val_loss")})
+        record["log"] = ckpt.get("log") or logged_until(cfg.out_dir, ckpt["iter_num"])
+        restore_rng(ckpt, batches, rank, world, cfg.out_dir)
+    iter_num = start_iter = record["iter_num"]
+    model = torch.compile(raw_model) if cfg.compile else raw_model
+    if world > 1:  # DDP averages the gradients of all processes inside backward()
+        model = DDP(model, device_ids=[device] if device.startswith("cuda") else None)
+    # fp16 needs the loss scaled up so small gradients do not round to zero (bf16, fp32: off)
+    amp = autocast, torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
+    gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else None
+    peak = gpu_peak_flops(gpu, dtype)  # for MFU
 
-        # The model and AdamW, fresh or resumed: the same seed gives every process the same weights.
-        torch.manual_seed(cfg.seed)
-        vocab = -(-meta["vocab_size"] // 64) * 64  # padded to a multiple of 64: faster matmuls
-        raw_model = GPT(GPTConfig.from_dict({**vars(cfg), "vocab_size": vocab}))
-        if cfg.nudge:  # the same run rounded differently: each initial weight one float32 step
-            coins = torch.Generator().manual_seed(cfg.nudge)  # up or down (compare's noise floor)
-            for p in raw_model.parameters():
-                up = torch.rand(p.shape, generator=coins) < 0.5
-                p.data = torch.nextafter(p.data, torch.where(up, math.inf, -math.inf))
-        if ckpt is not None:
-            raw_model.load_state_dict(ckpt["model"])
-        raw_model.to(device)  # before AdamW: its state lives where the weights do
-        optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
-                                                   (cfg.beta1, cfg.beta2), device.split(":")[0],
-                                                   cfg.lambda_lr_scale)
-        torch.manual_seed(rank_seed(cfg.seed, rank))  # from here on, each process its own stream
-        record = {"format": data.CHECKPOINT_FORMAT, "data": identity, "iter_num": 0,
-                  "best_val_loss": float("inf"), "val_loss": None,
-                  "model_args": vars(raw_model.config), "config": settings_of(cfg),
-                  "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")}}
-        if ckpt is not None:
-            optimizer.load_state_dict(ckpt["optimizer"])
-            record.update({k: ckpt.get(k) for k in ("iter_num", "best_val_loss", "val_loss")})
-            restore_rng(ckpt, batches, rank, world, cfg.out_dir)
-        ckpt, iter_num, start_iter = None, record["iter_num"], record["iter_num"]  # ckpt: freed
-        model = torch.compile(raw_model) if cfg.compile else raw_model
-        if world > 1:  # DDP averages the gradients of all processes inside backward()
-            model = DDP(model, device_ids=[device] if device.startswith("cuda") else None)
-        # fp16 needs the loss scaled up so small gradients do not round to zero (bf16, fp32: off)
-        scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
-        # MFU: the FLOP/s achieved per GPU over its 16-bit peak (none on the CPU or an unknown GPU)
-        peak = gpu_peak_flops(torch.cuda.get_device_name(device) if device.startswith("cuda")
-                              else device, dtype)
-        announce(log, cfg, changes, raw_model, iter_num, (device, dtype),
-                 (world, grad_accum, tokens_per_step))
+    def log(entry=None, line=None):  # the line on stdout; the entry goes into log.jsonl
+        if rank == 0 and line is not None:
+            print(line, flush=True)
+        if entry is not None:
+            record["log"].append({"iter": iter_num, **entry})
 
-        evals, t_start = [], time.time()
-        t0, timed_from = t_start, iter_num  # the clock of the steps since the last log line
-        while True:
-            # Every eval_interval steps and at the end: the loss, and a checkpoint for exact resume.
-            at_end = iter_num >= cfg.max_iters
-            if (iter_num % cfg.eval_interval == 0 or at_end) and (iter_num > start_iter
-                                                                 or iter_num == 0):
-                losses = estimate_loss(raw_model, fixed, cfg.eval_iters, autocast)
-                record["best_val_loss"] = min(record["best_val_loss"], losses["val"])
-                record["val_loss"] = losses["val"]  # this checkpoint's own (sample.py says it)
-                evals.append({"iter": iter_num, "tokens": iter_num * tokens_per_step,
-                              "train_loss": losses["train"], "val_loss": losses["val"]})
-                mixing = raw_model.mixing_weights()  # what training makes of them, by layer
-                evals[-1].update({"mixing": mixing} if mixing else {})
-                log({"kind": "eval", **evals[-1]}, f"step {iter_num}: train loss "
-                    f"{losses['train']:.4f}, val loss {losses['val']:.4f}{mixing_line(mixing)}")
-                stop_if_diverged(losses["val"], log, iter_num, cfg.out_dir)
-                if iter_num > start_iter:
-                    record["iter_num"] = iter_num
-                    save_checkpoint(cfg.out_dir, record, raw_model, optimizer, batches, world)
-                t0, timed_from = time.time(), iter_num  # evaluation is not training time
-            if at_end:
-                break
+    settings = {**record["config"], "grad_accum_per_process": grad_accum, "device": device,
+                "dtype": dtype}
+    log(line=f"{'resuming' if cfg.resume else 'training'} {cfg.out_dir} at step {iter_num}: "
+             + " ".join(f"{k}={v}" for k, v in settings.items()))
+    log(line=memory_line)
+    log({"kind": "config", "settings": settings, "world": world, "num_params":
+         raw_model.num_params(), "tokens_per_step": tokens_per_step},
+        f"{cfg.value_mode} on {device}{f' ({gpu})' if gpu else ''} in {dtype}"
+        f"{' with loss scaling' * (dtype == 'float16')}: {raw_model.num_params() / 1e6:.2f}M "
+        f"parameters, {tokens_per_step:,} tokens/step ({cfg.batch_size} x {cfg.block_size} x "
+        f"{plural(grad_accum, 'micro-step')} x {plural(world, 'process')}), "
+        f"{plural(cfg.max_iters, 'step')}, data {cfg.dataset}")
 
-            # The training step, each parameter group at the scheduled lr x its own lr_scale.
-            lr = get_lr(iter_num, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr * group["lr_scale"]
-            loss = training_step(model, optimizer, scaler, batches, grad_accum, cfg.grad_clip,
-                                 autocast)
-            iter_num += 1
+    t0, timed_from = time.time(), iter_num  # the clock of the steps since the last log line
+    while True:
+        # Every eval_interval steps and at the end: the loss, and a checkpoint for exact resume.
+        at_end = iter_num >= cfg.max_iters
+        if (iter_num % cfg.eval_interval == 0 or at_end) and (iter_num > start_iter or
+                                                               iter_num == 0):
+            losses = estimate_loss(raw_model, fixed, cfg.eval_iters, autocast)
+            record["best_val_loss"] = min(record["best_val_loss"], losses["val"])
+            record["val_loss"] = losses["val"]  # this checkpoint's own (sample.py says it)
+            mixing = raw_model.mixing_weights()  # what training makes of them, by layer
+            log({"kind": "eval", "tokens": iter_num * tokens_per_step, "train_loss":
+                 losses["train"], "val_loss": losses["val"], **({"mixing": mixing} if mixing
+                                                                 else {})},
+                f"step {iter_num}: train loss {losses['train']:.4f}, val loss "
+                f"{losses['val']:.4f}{mixing_line(mixing)}")
+            stop_if_diverged(losses["val"], iter_num, cfg, record)
+            if iter_num > start_iter:
+                record["iter_num"] = iter_num
+                save_checkpoint(cfg.out_dir, record, raw_model, optimizer, batches, world)
+            t0, timed_from = time.time(), iter_num  # evaluation is not training time
+        if at_end:
+            break
 
-            if iter_num % cfg.log_interval == 0 or iter_num == cfg.max_iters:
-                lossf = mean_over_processes(loss.detach(), world)  # a GPU sync: here only
-                stop_if_diverged(lossf, log, iter_num, cfg.out_dir)  # every process: the same mean
-                dt = (time.time() - t0) / (iter_num - timed_from)
-                eta = round((time.time() - t_start) / (iter_num - start_iter)
-                            * (cfg.max_iters - iter_num))  # whole seconds: never "5m60s"
-                mfu = peak and raw_model.estimate_mfu(tokens_per_step / dt / world, peak)
-                log({"kind": "train", "iter": iter_num, "loss": lossf, "lr": lr,
-                     "ms_per_step": 1000 * dt, "tokens_per_sec": tokens_per_step / dt,
-                     **({"mfu": mfu} if mfu else {})},
-                    f"iter {iter_num}/{cfg.max_iters}: loss {lossf:.4f}, lr {lr:.2e}, "
-                    f"{1000 * dt:.0f} ms/step, {tokens_per_step / dt:,.0f} tok/s, "
-                    + (f"mfu {100 * mfu:.1f}%, " if mfu else "") + f"ETA {eta // 60}m{eta % 60:02d}s")
-                t0, timed_from = time.time(), iter_num
+        # The training step, each parameter group at the scheduled lr x its own lr_scale.
+        lr = get_lr(iter_num, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr * group["lr_scale"]
+        try:
+            loss = training_step(model, optimizer, batches, grad_accum, cfg.grad_clip, amp)
+        except torch.OutOfMemoryError:
+            raise UserError(f"out of GPU memory at step {iter_num}: use --batch_size="
+                            f"{max(cfg.batch_size // 2, 1)} --gradient_accumulation_steps="
+                            f"{2 * grad_accum * world} (the same tokens per step)") from None
+        iter_num += 1
+        if iter_num == start_iter + 1 and iter_num % cfg.log_interval:
+            t0, timed_from = time.time(), iter_num  # the first step (compiling) is not timed
 
-        # The final number: the loss over every token of the validation split, each once.
-        t_final = time.time()
-        val_loss_full, n = full_split_loss(raw_model, splits["val"], cfg, autocast, rank, world)
-        log({"kind": "final", "iter": iter_num, "val_loss_full": val_loss_full, "val_tokens": n,
-             "seconds": time.time() - t_final},
-            f"val loss over the whole validation split ({n:,} tokens): {val_loss_full:.4f}")
-        log(line=f"{'saved' if iter_num > start_iter else 'kept'} {cfg.out_dir}/ckpt.pt (step "
-                 f"{iter_num}); sample from it: python sample.py --out_dir={cfg.out_dir}")
-    return {"iter": iter_num, "evals": evals, "val_loss_full": val_loss_full, "model": raw_model,
+        if iter_num % cfg.log_interval == 0 or iter_num == cfg.max_iters:
+            lossf = loss.detach()
+            if world > 1:
+                dist.all_reduce(lossf)  # the mean over the processes: all stop alike
+                lossf /= world
+            lossf = lossf.item()  # a GPU sync: here only
+            stop_if_diverged(lossf, iter_num, cfg, record)
+            dt = (time.time() - t0) / (iter_num - timed_from)
+            eta = round(dt * (cfg.max_iters - iter_num))  # whole seconds: never "5m60s"
+            mfu = peak and raw_model.estimate_mfu(tokens_per_step / dt / world, peak)
+            memory = gpu and torch.cuda.max_memory_allocated(device) / 2**30
+            log({"kind": "train", "loss": lossf, "lr": lr, "ms_per_step": 1000 * dt,
+                 "tokens_per_sec": tokens_per_step / dt, **({"mfu": mfu} if mfu else {}),
+                 **({"peak_memory_gib": memory} if memory else {})},
+                f"iter {iter_num}/{cfg.max_iters}: loss {lossf:.4f}, lr {lr:.2e}, "
+                f"{1000 * dt:.0f} ms/step, {tokens_per_step / dt:,.0f} tok/s, "
+                + (f"mfu {100 * mfu:.1f}%, " if mfu else "")
+                + (f"peak memory {memory:.1f} GiB, " if memory else "")
+                + f"ETA {eta // 60}m{eta % 60:02d}s")
+            t0, timed_from = time.time(), iter_num
+
+    # The final number: the loss over every token of the validation split, each once.
+    t_final = time.time()
+    val_loss_full, n = full_split_loss(raw_model, shards["val"], cfg, autocast, rank, world)
+    log({"kind": "final", "val_loss_full": val_loss_full, "val_tokens": n,
+         "seconds": time.time() - t_final},
+        f"val loss over the whole validation split ({n:,} tokens): {val_loss_full:.4f}")
+    write_log(cfg.out_dir, record["log"], rank)
+    log(line=f"{'saved' if iter_num > start_iter else 'kept'} {cfg.out_dir}/ckpt.pt (step "
+             f"{iter_num}); sample from it: python sample.py --out_dir={cfg.out_dir}")
+    if world > 1:
+        dist.destroy_process_group()
+    return {"iter": iter_num, "val_loss_full": val_loss_full, "model": raw_model,
+            "evals": [r for r in record["log"] if r["kind"] == "eval"],
             "best_val_loss": record["best_val_loss"]}
 
 
 def main(argv):
-    cfg = parse_args(SETTINGS, argv, USAGE, "train.py")
+    cfg = parse_args(SETTINGS, argv, USAGE)
     try:
-        train(cfg, given_keys(argv))
+        train(cfg, given(argv))
     except KeyboardInterrupt:  # Ctrl-C: run_main says what is kept and how to go on, exits 130
         path = os.path.join(cfg.out_dir, "ckpt.pt")  # mmap: reads its step, not its weights
         at = os.path.exists(path) and torch.load(path, mmap=True, weights_only=True)["iter_num"]
@@ -257,13 +326,11 @@ def main(argv):
 
 # ---- below: what train() uses, which a first reading can skip ----
 
-def check(cfg, world=1):
+def check(cfg, world):
     """Settings that only make sense together (world: torchrun's processes), and the model's."""
     if cfg.min_lr > cfg.learning_rate:
         raise ConfigError(f"--min_lr={cfg.min_lr}: must be at most learning_rate "
                           f"({cfg.learning_rate})")
-    if os.path.exists(cfg.out_dir) and not os.path.isdir(cfg.out_dir):
-        raise ConfigError(f"--out_dir={cfg.out_dir} is a file: name a folder")
     if cfg.gradient_accumulation_steps % world:  # 0 (one per process) always divides
         raise ConfigError(f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps} is "
                           f"the total over all processes: it must divide by their number "
@@ -274,164 +341,118 @@ def check(cfg, world=1):
         raise ConfigError(str(e)) from None
 
 
-def settings_of(cfg):
-    """A run's settings as its checkpoint keeps them: without the command's actions."""
-    return {k: v for k, v in vars(cfg).items() if k not in ACTIONS}
+def start_like_vanilla(model, seed):
+    """Pairing: each parameter a mode shares with vanilla starts at vanilla's draw for the seed
+    (SVFormer's c_attn: vanilla's query and key rows), so a one-seed difference is the mode's,
+    not that of draws shifted by the mode's extra or missing tensors."""
+    torch.manual_seed(seed)
+    vanilla = dict(GPT(replace(model.config, value_mode="vanilla", lambda_1=0.5, lambda_2=0.5,
+                               learnable_lambda=False)).named_parameters())
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name in vanilla and p.dim() and p.shape[1:] == vanilla[name].shape[1:]:
+                p.copy_(vanilla[name][:len(p)])
 
 
-def rank_seed(seed, rank):
-    """Rank 0's seed is the seed (one process is the plain run); another rank's, from SeedSequence
-    (seed, rank), is no plain seed's (with seed + rank, rank 1 of seed s would replay s + 1)."""
-    return seed if rank == 0 else int(np.random.SeedSequence([seed, rank]).generate_state(
-        1, np.uint64)[0] >> 1)
+LOCKS = {}  # out_dir: the open lock file of this process's run there
 
 
-class Batches:
-    """(x, y) batches of random windows from a split's shards, by a generator a checkpoint keeps."""
-
-    def __init__(self, shards, cfg, seed, split, device="cpu"):
-        self.shards, self.B, self.T, self.device = shards, cfg.batch_size, cfg.block_size, device
-        self.seed, self.generator = seed, torch.Generator().manual_seed(seed)
-        # The windows that start in each shard, numbered across all (bisect finds one). A shard's
-        # last window is never drawn, one short of nanoGPT: a fix would change every record.
-        self.windows = [max(len(s) - self.T - 1, 0) for s in shards]
-        self.ends = list(itertools.accumulate(self.windows))
-        if self.ends[-1] < 1:
-            longest = max(len(s) for s in shards)
-            fix = f"use --block_size={longest - 2} or less, or " if longest > 2 else ""
-            raise data.DataError(f"the {split} split's longest shard has {plural(longest, 'token')}"
-                                 f", fewer than one window needs (block_size {self.T} + 2): {fix}"
-                                 f"prepare more text")
-
-    def next(self):
-        rows = []
-        for i in torch.randint(self.ends[-1], (self.B,), generator=self.generator).tolist():
-            s = bisect.bisect_right(self.ends, i)  # window i starts in shard s
-            start = i - (self.ends[s] - self.windows[s])
-            rows.append(torch.from_numpy(self.shards[s][start:start + self.T + 1].astype("int64")))
-        rows = torch.stack(rows)
-        if self.device.startswith("cuda"):  # as nanoGPT: from pinned memory, the copy to the GPU
-            rows = rows.pin_memory().to(self.device, non_blocking=True)  # runs beside its work
-        return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
-
-    def reset(self):
-        self.generator.manual_seed(self.seed)
-
-
-@torch.no_grad()  # measuring needs no gradients: no graph is kept, which saves memory and time
-def estimate_loss(model, fixed, eval_iters, autocast):
-    """Mean loss over eval_iters fixed batches per split; eval() turns dropout off for it."""
-    model.eval()
-    losses, device = {}, model.lm_head.weight.device
-    for split, batches in fixed.items():
-        batches.reset()
-        total = torch.zeros((), device=device)  # summed where it is computed: one sync
-        for _ in range(eval_iters):
-            with autocast:
-                total += model(*batches.next())[1].float()
-        losses[split] = total.item() / eval_iters
-    model.train()
-    return losses
-
-
-@torch.no_grad()
-def full_split_loss(model, shards, cfg, autocast, rank=0, world=1):
-    """(mean loss, tokens) over every token of a split once, in consecutive windows per shard."""
-    T, B, device = cfg.block_size, cfg.batch_size, model.lm_head.weight.device
-    windows = [(tokens, s, min(T, len(tokens) - 1 - s))
-               for tokens in shards for s in range(0, len(tokens) - 1, T)]
-    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss, tokens
-    model.eval()
-    for i in range(rank * B, len(windows), world * B):
-        batch = windows[i:i + B]
-        for n in sorted({n for _, _, n in batch}):  # rows of one length together
-            rows = torch.stack([torch.from_numpy(t[s:s + n + 1].astype("int64"))
-                                for t, s, m in batch if m == n]).to(device)
-            with autocast:
-                logits, _ = model(rows[:, :-1], all_logits=True)
-            sums[0] += torch.nn.functional.cross_entropy(
-                logits.float().flatten(0, 1), rows[:, 1:].flatten(), reduction="sum").item()
-            sums[1] += rows[:, 1:].numel()
-    model.train()
-    if world > 1:
-        dist.all_reduce(sums)
-    return (sums[0] / sums[1]).item(), int(sums[1].item())
-
-
-def mean_over_processes(value, world):
-    """A scalar tensor's mean over the processes, as a float (a GPU sync)."""
-    if world > 1:
-        dist.all_reduce(value)
-        value /= world
-    return value.item()
-
-
-def stop_if_diverged(loss, log, iter_num, out_dir):
-    if not math.isfinite(loss):
-        log({"kind": "diverged", "iter": iter_num})
-        raise ConfigError(f"the loss is not finite at step {iter_num}: stopped; the last good "
-                          f"checkpoint is {out_dir}/ckpt.pt (try a lower --learning_rate)")
-
-
-@contextlib.contextmanager
-def locked(out_dir, rank):
-    """with locked(out_dir, rank): out_dir is this run's, by a lock the OS drops however it ends."""
+def lock(out_dir):
+    """Takes out_dir/.lock, held while its file stays open (to the end of this process, which
+    drops it however it ends): a second run into the same folder is refused. Where the file
+    system has no locks (NFS mounted without them): a warning."""
     try:
         os.makedirs(out_dir, exist_ok=True)
+        held = LOCKS.pop(os.path.realpath(out_dir), None)  # this process's earlier run: done
+        held = held or open(os.path.join(out_dir, ".lock"), "w")
     except OSError as e:
         raise ConfigError(f"--out_dir={out_dir}: cannot make that folder ({e.strerror})")
-    folder = os.open(out_dir, os.O_RDONLY)
     try:
-        if rank == 0:
-            try:
-                fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise ConfigError(f"{out_dir} is in use by another training run: wait for it, "
-                                  f"stop it, or use another --out_dir") from None
-        yield
-    finally:
-        os.close(folder)
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ConfigError(f"{out_dir} is in use by another training run: wait for it, stop it, "
+                          f"or use another --out_dir") from None
+    except OSError as e:
+        print(f"warning: {out_dir} cannot be locked here ({e.strerror}): do not train two runs "
+              f"into it at once", file=sys.stderr)
+    LOCKS[os.path.realpath(out_dir)] = held
 
 
-def checkpoint_to_resume(cfg):
-    """The checkpoint --resume continues, or None; a fresh run replaces one only if --overwrite."""
-    path = os.path.join(cfg.out_dir, "ckpt.pt")
-    if not cfg.resume and os.path.exists(path) and not cfg.overwrite:
-        raise ConfigError(f"{cfg.out_dir} already holds a checkpoint: continue it with --resume, "
-                          f"or train into another --out_dir (--overwrite replaces it)")
-    return data.load_checkpoint(path) if cfg.resume else None
-
-
-def end_process_group():
-    gc.collect()  # DDP's leftovers first: freed after the group, they abort the process
-    dist.destroy_process_group()
-
-
-def resumed(cfg, given, ckpt, world):
-    """(settings: the checkpoint's, changed where given; the changes; the data's identity)."""
-    saved = {**vars(defaults(SETTINGS)), **ckpt["config"], **{k: getattr(cfg, k) for k in ACTIONS}}
-    given = set(vars(cfg) if given is None else given) - set(ACTIONS)
-    changes = {k: (saved[k], getattr(cfg, k)) for k in given if saved[k] != getattr(cfg, k)}
+def resumed(cfg, typed, ckpt):
+    """The checkpoint's settings, changed where given (typed); the model's shape cannot change."""
+    saved = {**{k: spec[0] for k, spec in SETTINGS.items()}, **ckpt["config"],
+             **{k: getattr(cfg, k) for k in ACTIONS}}
+    changes = {k: (saved[k], getattr(cfg, k)) for k in set(typed) - set(ACTIONS)
+               if k in saved and saved[k] != getattr(cfg, k)}
     shape = [f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in changes.items()
              if k in ckpt["model_args"] and k != "dropout"]
     if shape:
         raise ConfigError(f"cannot resume {cfg.out_dir}/ckpt.pt: the model differs "
                           f"({', '.join(shape)}); a run keeps its shape: drop those settings, or "
                           f"start a new run in another --out_dir")
-    cfg = type(cfg)(**{**saved, **{k: b for k, (_, b) in changes.items()}})
-    check(cfg, world)
-    then, identity = ckpt["data"], data.data_identity(data.dataset_dir(cfg.dataset))
-    if then["sha256"] != identity["sha256"]:  # (a changed tokenizer changes the shards too)
-        raise data.DataError(f"cannot resume {cfg.out_dir}/ckpt.pt: it trained on {then['dir']} "
-                             f"({data.describe_tokens(then)}), which now holds other data "
-                             f"({data.describe_tokens(identity)}, {identity['tokenizer']} tokens): "
-                             f"prepare the original data again, or start a new run")
-    return cfg, changes, identity
+    for k, (a, b) in changes.items():
+        print(f"resume: {k}: {a!r} -> {b!r}")
+    return type(cfg)(**{**saved, **{k: b for k, (_, b) in changes.items()}})
+
+
+def fit_memory(model, cfg, grad_accum, device, dtype):
+    """(grad_accum, a line): what a step needs, and where it does not fit, on a GPU batch_size
+    halved (grad_accum doubled: the same tokens per step) until it does, or a refusal naming the
+    settings to change. The estimate: 16 bytes a parameter (weights, gradients, AdamW's two
+    moments), what a forward keeps for the backward (measured on two short sequences: a part
+    per sequence, a part per token), and the logits' gradient."""
+    kept = []
+    for T in (min(cfg.block_size, 32), min(cfg.block_size, 64)):
+        saved = {}
+
+        def pack(t):  # each storage once, the weights (which stay anyway) not at all
+            saved[t.untyped_storage().data_ptr()] = 0 if isinstance(t, torch.nn.Parameter) \
+                else t.untyped_storage().nbytes()
+            return t
+        x = torch.zeros(1, T, dtype=torch.long, device=device)
+        with torch.random.fork_rng(devices=[]), setup_device(device, dtype)[2], \
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(x, x)
+        kept.append((T, sum(saved.values())))
+    (t1, b1), (t2, b2) = kept
+    per_token = (b2 - b1) / max(t2 - t1, 1) + 4 * model.config.vocab_size
+    fixed = 16 * sum(p.numel() for p in model.parameters()) + b1 - per_token * t1
+    step = lambda batch: fixed + per_token * batch * cfg.block_size  # noqa: E731
+    evaluation = 4 * fixed / 16 + cfg.batch_size * cfg.block_size * 8 * model.config.vocab_size
+    if device.startswith("cuda"):
+        free = torch.cuda.mem_get_info(device)[0]
+    else:  # Linux says what it can hand out; elsewhere, the memory there is
+        info = open("/proc/meminfo").read() if os.path.exists("/proc/meminfo") else ""
+        found = re.search(r"MemAvailable:\s+(\d+) kB", info)
+        free = int(found.group(1)) * 1024 if found else (
+            os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    batch = cfg.batch_size
+    while device.startswith("cuda") and step(batch) > 0.9 * free and batch % 2 == 0:
+        batch, grad_accum = batch // 2, grad_accum * 2
+    line = (f"memory: about {step(batch) / 2**30:.2f} GiB a step ({fixed / 2**30:.2f} for the "
+            f"weights and AdamW, the rest activations), {evaluation / 2**30:.2f} GiB an "
+            f"evaluation; {free / 2**30:.1f} GiB free on {device}")
+    if batch != cfg.batch_size:
+        line += (f"; batch_size {cfg.batch_size} does not fit: {batch} x {grad_accum} "
+                 f"micro-steps instead, the same tokens per step")
+        cfg.batch_size = batch
+    if max(step(batch), evaluation) > free:
+        raise ConfigError(f"{line}: too much; use a smaller --batch_size or --block_size (with a "
+                          f"larger --gradient_accumulation_steps for the same tokens per step)")
+    return grad_accum, line
+
+
+def stop_if_diverged(loss, iter_num, cfg, record):
+    if not math.isfinite(loss):  # compare.py reads the log's "diverged" as a result, not a failure
+        record["log"].append({"kind": "diverged", "iter": iter_num})
+        write_log(cfg.out_dir, record["log"], int(os.environ.get("RANK", 0)))
+        raise ConfigError(f"the loss is not finite: stopped; the last good checkpoint is "
+                          f"{cfg.out_dir}/ckpt.pt (try a lower --learning_rate)")
 
 
 def save_checkpoint(out_dir, record, model, optimizer, batches, world):
     """Called by every process at a step boundary; rank 0 writes all an exact resume needs:
-    weights, AdamW's moments, and each process's random-number and batch-stream states."""
+    weights, AdamW's moments, each process's random-number and batch-stream states, the log."""
     mine = {"data": {"generator": batches.generator.get_state()}, "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None}
     states = [mine] * world
@@ -441,6 +462,7 @@ def save_checkpoint(out_dir, record, model, optimizer, batches, world):
         with data.atomic_write(os.path.join(out_dir, "ckpt.pt")) as f:  # whole or not at all
             torch.save({**record, "model": model.state_dict(),
                         "optimizer": optimizer.state_dict(), "rank_states": states}, f)
+        write_log(out_dir, record["log"], 0)  # the log of exactly this checkpoint's steps
 
 
 def restore_rng(ckpt, batches, rank, world, out_dir):
@@ -455,57 +477,51 @@ def restore_rng(ckpt, batches, rank, world, out_dir):
         torch.cuda.set_rng_state(state["cuda"])
 
 
-class Log:
-    """log(record, line): the line on stdout, the record appended to out_dir/log.jsonl (rank 0)."""
-
-    def __init__(self, out_dir, master, resume_at=None):
-        self.path, self.master = os.path.join(out_dir, "log.jsonl"), master
-        if master and os.path.exists(self.path):  # a fresh run, a fresh log; a resumed one
-            with open(self.path) as f:            # drops what came after its checkpoint
-                kept = [line for line in f if resume_at and json.loads(line)["iter"] <= resume_at]
-            with data.atomic_write(self.path, "w") as f:
-                f.writelines(kept)
-
-    def __call__(self, record=None, line=None):
-        if self.master and line is not None:
-            print(line, flush=True)
-        if self.master and record is not None:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(record) + "\n")
+def write_log(out_dir, entries, rank):
+    """out_dir/log.jsonl, whole: written at each checkpoint and at the end, so an --overwrite
+    keeps the old run's log until its own first checkpoint replaces the old one."""
+    if rank == 0:
+        with data.atomic_write(os.path.join(out_dir, "log.jsonl"), "w") as f:
+            f.writelines(json.dumps(entry) + "\n" for entry in entries)
 
 
-def announce(log, cfg, changes, model, iter_num, where, step):
-    """First lines: a resume's changes, the settings in effect, where it runs, what it trains."""
-    world, micro, tokens_per_step = step
-    settings = {**settings_of(cfg), "warmup_iters": warmup_steps(cfg),
-                "lr_decay_iters": decay_end(cfg), "n_kv_head": model.config.kv_heads,
-                "device": where[0], "dtype": where[1]}
-    for k, (a, b) in changes.items():
-        log(line=f"resume: {k}: {a!r} -> {b!r}")
-    if cfg.resume:
-        log(line=f"resuming {cfg.out_dir}/ckpt.pt at step {iter_num}" + (
-            ": at max_iters already, nothing to train (to go further: --resume with a larger "
-            "--max_iters)" if iter_num >= cfg.max_iters else ""))
-    log(line="settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
-    gpu = f" ({torch.cuda.get_device_name(where[0])})" if where[0].startswith("cuda") else ""
-    log(line=f"running on {where[0]}{gpu} in {where[1]}" + " with loss scaling" * (
-        where[1] == "float16"))
-    log({"kind": "config", "iter": iter_num, "settings": settings, "world": world,
-         "num_params": model.num_params(), "tokens_per_step": tokens_per_step},
-        f"{cfg.value_mode}: {model.num_params() / 1e6:.2f}M parameters, {tokens_per_step:,} "
-        f"tokens/step ({cfg.batch_size} x {cfg.block_size} x {plural(micro, 'micro-step')} x "
-        f"{world} process{'' if world == 1 else 'es'}), {plural(cfg.max_iters, 'step')}, "
-        f"data {cfg.dataset}")
+def logged_until(out_dir, iter_num):
+    """The log of a checkpoint that carries none (written before it did): log.jsonl's entries."""
+    path = os.path.join(out_dir, "log.jsonl")
+    entries = [json.loads(line) for line in open(path)] if os.path.exists(path) else []
+    return [e for e in entries if e["iter"] <= iter_num]
+
+
+@torch.no_grad()
+def full_split_loss(model, shards, cfg, autocast, rank=0, world=1):
+    """(mean loss, tokens) over every token of a split once, in consecutive windows per shard."""
+    T, B, device = cfg.block_size, cfg.batch_size, model.lm_head.weight.device
+    windows = [(tokens, s, min(T, len(tokens) - 1 - s))
+               for tokens in shards for s in range(0, len(tokens) - 1, T)]
+    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss, tokens: summed there
+    model.eval()
+    for i in range(rank * B, len(windows), world * B):
+        batch = windows[i:i + B]
+        for n in sorted({n for _, _, n in batch}):  # rows of one length together
+            rows = torch.stack([torch.from_numpy(t[s:s + n + 1].astype("int64"))
+                                for t, s, m in batch if m == n]).to(device)
+            with autocast:
+                logits, _ = model(rows[:, :-1], all_logits=True)
+            sums[0] += torch.nn.functional.cross_entropy(
+                logits.float().flatten(0, 1), rows[:, 1:].flatten(), reduction="sum")
+            sums[1] += rows[:, 1:].numel()
+    model.train()
+    if world > 1:
+        dist.all_reduce(sums)
+    return (sums[0] / sums[1]).item(), int(sums[1].item())
 
 
 def mixing_line(mixing):
-    """', value_lambdas 0.52/0.48 0.51/0.49 ...': each kind of mixing weight, layer by layer."""
-    kinds = {}
-    for name, value in mixing.items():
-        kinds.setdefault(name.rpartition(".")[2], []).append(value)
-    return "".join(f", {kind} " + " ".join("/".join(f"{x:.2f}" for x in v) if isinstance(v, list)
-                                           else f"{v:.2f}" for v in values)
-                   for kind, values in kinds.items())
+    """', lambda_1/lambda_2 by layer 2: 0.52/0.48 3: 0.51/0.49 ...': each learned mix, labelled."""
+    return "".join(f", {label} by layer " + " ".join(
+        f"{layer}: " + "/".join(f"{x:.2f}" for x in values) for layer, values in by_layer.items())
+        for label, by_layer in mixing_by_layer(mixing).items())
+
 
 if __name__ == "__main__":
     run_main(main)
