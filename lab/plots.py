@@ -8,11 +8,11 @@ import textwrap
 import numpy as np
 
 from configurator import plural
-from model import VALUE_MODES
+from model import VALUE_MODES, mixing_by_layer
 
 from .runs import read_log
 
-from .analysis import FLOOR, bracketed, escape, mixing_by_layer, vanilla_curve
+from .analysis import FLOOR, bracketed, escape, vanilla_curve
 
 # what the difference panels draw as a grey band around 0 (analysis.FLOOR's runs)
 FLOOR_LABEL = ("rounding alone, around 0 (vanilla nudged one float32 step): another CPU, "
@@ -139,10 +139,11 @@ def write_all(root, results, search=None, escape_loss=0.0, unit="token"):
             for kind, by_layer in kinds.items():
                 layers = sorted(by_layer)
                 values = np.array([by_layer[layer] for layer in layers])
-                for i in range(values.shape[1]):
-                    part = f"[{i}]" if values.shape[1] > 1 else ""
+                parts = (kind.split("/") if kind.count("/") == values.shape[1] - 1 else
+                         [f"{kind}[{i}]" for i in range(values.shape[1])])
+                for i, part in enumerate(parts):
                     ax.plot(layers, values[:, i], marker="os^v"[i % 4], lw=LINE,
-                            label=f"{label(name)}: {kind}{part}")
+                            label=f"{label(name)}: {part}")
         ax.axhline(0.5, color="gray", ls="--", lw=1.5, label="the start: 0.5")
         layer_axis(plt, ax, max(max(b) for k in learned.values() for b in k.values()))
         ax.set(ylabel="learned value", title="Learned mixing weights by layer (mean over seeds)")
@@ -305,15 +306,13 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
     return save(plt, fig, path or os.path.join(root, "loss.png"))
 
 
-def note(name, less_data=0.0):
-    """The note compare.py gives a variant in the pictures (label's note): the data-efficiency
-    variant's share of the tokens, the noise floor's run; None for the others."""
-    if name.startswith("resformer:max_iters=") and less_data:
-        return f"{less_data:.0%} of the tokens"
+def note(name):
+    """The note compare.py gives a variant in the pictures (label's note): the noise floor's
+    run says what it is; None for the others."""
     return "nudged one rounding step: the noise floor" if name == FLOOR else None
 
 
-def live_loss(root, grid, escape_loss=0.0, unit="token", less_data=0.0, calibration=None):
+def live_loss(root, grid, escape_loss=0.0, unit="token", calibration=None):
     """loss.png redrawn from the logs of the runs so far (compare.py calls it every 30 s while
     they train): each variant over the seeds that have started, up to the step all of them
     reached, with the final picture's triangles (each run's escape, on the steps drawn), notes,
@@ -341,8 +340,8 @@ def live_loss(root, grid, escape_loss=0.0, unit="token", less_data=0.0, calibrat
                              "tokens_per_step": per_step}
         if escape_loss:
             r["escape"] = [escape(evals[:n], escape_loss) for _, evals in seeded]
-        if note(name, less_data):
-            r["note"] = note(name, less_data)
+        if note(name):
+            r["note"] = note(name)
         if calibration and len(r["seeds"]) == 1 and name in calibration["modes"]:
             r["calibration"] = calibration["modes"][name]
     tmp = os.path.join(root, "loss.live.png")

@@ -1,13 +1,15 @@
 """
-compare.py's runs: each is `python train.py` in its own folder, `jobs` side by side (each on a
-fixed number of CPU threads), a finished run reused, a stopped one resumed from its checkpoint;
-and summary.json, a finished run's numbers with the analysis of its final model.
+compare.py's runs: each is `python train.py` in its own folder (the noise floor's through
+lab.nudged), `jobs` side by side (each on a fixed number of CPU threads). A finished run is reused
+and a stopped one resumed only where its settings and the code that trained it (its probe) are
+today's; summary.json is a finished run's numbers with the analysis of its final model.
 """
 import json
 import os
 import platform
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -16,80 +18,70 @@ import numpy as np
 import torch
 
 import data
-from configurator import ConfigError, plural, resolve_device
+from configurator import ConfigError, plural, setup_device
 from model import GPT
-
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
 
-from .analysis import analyse
+from . import probe as probes
+from .analysis import analyse, sizes
 
-TRAIN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN_PY = os.path.join(ROOT, "train.py")
+SUMMARY_FORMAT = "value-residual-gpt/2"  # summary.json's; the committed records carry it
+# what a run may set beyond train.py's settings: lab.nudged's coin seed (the noise floor)
+LAB_SETTINGS = dict(nudge=(0, "nonzero: train through lab.nudged, each initial weight one "
+                              "float32 step up or down (the noise floor)", (0, None)))
 
 
 def heldout_windows(cfg, n):
     """The same n windows of block_size tokens, evenly spaced over the val shard, for every mode."""
     data_dir = data.dataset_dir(cfg["dataset"])
-    meta = data.load_meta(data_dir)
-    tokens = data.read_shard(data.list_shards(data_dir, "val")[0], meta["vocab_size"])
+    tokens = data.read_shard(data.list_shards(data_dir, "val")[0])
     T = cfg["block_size"]
     starts = np.linspace(0, len(tokens) - T, num=n).astype(np.int64)
     return torch.stack([torch.from_numpy(tokens[s:s + T].astype(np.int64)) for s in starts])
 
 
 def read_log(run_dir):
-    """A run's log records; none if it stopped before writing one (e.g. its data was refused)."""
+    """A run's log entries (train.py writes log.jsonl whole at each checkpoint); none before."""
     path = os.path.join(run_dir, "log.jsonl")
     if not os.path.isfile(path):
         return []
-    with open(path) as f:  # a line without its newline is being written (a run training)
-        return [json.loads(line) for line in f if line.strip() and line.endswith("\n")]
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
-def last_step(run_dir, with_loss=False):
-    """The last training step a run has logged (0 before its first), read while it trains;
-    with_loss: (step, its training loss or None)."""
-    path, step, loss = os.path.join(run_dir, "log.jsonl"), 0, None
-    if os.path.isfile(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                except ValueError:  # a line being written this instant
-                    continue
-                if record["kind"] == "train":
-                    step, loss = record["iter"], record["loss"]
-    return (step, loss) if with_loss else step
+def last_step(run_dir):
+    """(the last training step a run has logged, its training loss), read while it trains."""
+    trained = [r for r in read_log(run_dir) if r["kind"] == "train"]
+    return (trained[-1]["iter"], trained[-1]["loss"]) if trained else (0, None)
 
 
-def progress(todo, running, timing, jobs, left="left", so_far=None):
-    """' (4.1 min so far, about 12 min left; running: vanilla_seed1 at 400/800, ...)': so_far,
-    the time left and where the running runs are; '' when there is nothing to say.
-    The time left is one measure wherever it is said, so it moves only as the runs do: the
-    seconds per step of every run so far, running ones included (timing: the finished runs'
-    seconds and steps, and under "started" each running run's start time and step), times the
-    steps of the slot that finishes last when the runs left fill `jobs` slots as run_grid starts
-    them (a waiting run joins the slot that frees first; the last runs may run alone)."""
-    seen = {cfg["out_dir"]: last_step(cfg["out_dir"], with_loss=True) for _, cfg, _, _ in running}
-    steps = {run: step for run, (step, _) in seen.items()}
+def progress(todo, running, timing, jobs, so_far=None):
+    """' (4.1 min so far, about 12 min left; running: vanilla_seed1 at 400/800, ...)'. The time
+    left is one measure wherever it is said: the seconds per step of every run so far (timing:
+    the finished runs' seconds and steps, and under "started" each running run's start time
+    and step), times the steps of the slot that finishes last when the runs left fill `jobs`
+    slots as run_grid starts them."""
+    seen = {cfg["out_dir"]: last_step(cfg["out_dir"]) for _, cfg, _, _ in running}
     times = [so_far] if so_far else []
     seconds, steps_done, now = timing["seconds"], timing["steps"], time.time()
     for key, cfg, _, _ in running:
-        start_time, start_step = timing.get("started", {}).get(key, (now, steps[cfg["out_dir"]]))
-        if steps[cfg["out_dir"]] > start_step:  # (one that has logged no step yet says nothing)
+        start_time, start_step = timing["started"].get(key, (now, seen[cfg["out_dir"]][0]))
+        if seen[cfg["out_dir"]][0] > start_step:  # (one that has logged no step says nothing)
             seconds += now - start_time
-            steps_done += steps[cfg["out_dir"]] - start_step
+            steps_done += seen[cfg["out_dir"]][0] - start_step
     if steps_done and (todo or running):
-        slots = [max(cfg["max_iters"] - steps[cfg["out_dir"]], 0) for _, cfg, _, _ in running]
+        slots = [max(cfg["max_iters"] - seen[cfg["out_dir"]][0], 0) for _, cfg, _, _ in running]
         slots += [0] * max(jobs - len(slots), 0)
         for _, cfg in todo:
             slots[slots.index(min(slots))] += cfg["max_iters"]
-        seconds_left = seconds / steps_done * max(slots)
-        times.append(f"about {seconds_left / 60:.0f} min {left}" if seconds_left >= 60
-                     else f"under a minute {left}")
+        left = seconds / steps_done * max(slots)
+        times.append(f"about {left / 60:.0f} min left" if left >= 60 else "under a minute left")
     parts = [", ".join(times)] if times else []
     if running:
         parts.append("running: " + ", ".join(
-            f"{os.path.basename(cfg['out_dir'])} at {steps[cfg['out_dir']]}/{cfg['max_iters']}"
+            f"{os.path.basename(cfg['out_dir'])} at {seen[cfg['out_dir']][0]}/{cfg['max_iters']}"
             + (f" (loss {seen[cfg['out_dir']][1]:.3f})" if seen[cfg["out_dir"]][1] else "")
             for _, cfg, _, _ in running))
     return f" ({'; '.join(parts)})" if parts else ""
@@ -97,9 +89,9 @@ def progress(todo, running, timing, jobs, left="left", so_far=None):
 
 def settings_only(cfg):
     """What makes two runs the same: their settings (without learned lambdas, their learning
-    rate changes nothing). A setting train.py gained after a run was recorded counts at its
-    default, so records committed earlier stay reusable."""
-    cfg = {**{k: spec[0] for k, spec in TRAIN_SETTINGS.items() if k not in ACTIONS}, **cfg}
+    rate changes nothing). A setting gained after a run was recorded counts at its default."""
+    cfg = {**{k: spec[0] for k, spec in TRAIN_SETTINGS.items() if k not in ACTIONS},
+           "nudge": 0, **cfg}
     return {k: v for k, v in cfg.items() if cfg.get("learnable_lambda") or k != "lambda_lr_scale"}
 
 
@@ -128,9 +120,9 @@ def finished(cfg, run_dir, threads=None):
     except ValueError as e:  # cut short (a full disk, a bad merge): say which, lose nothing
         raise data.DataError(f"{path} is not whole JSON ({e}): restore it (git checkout -- "
                              f"{path}), or delete {run_dir} to train that run again") from None
-    if summary.get("format") != data.CHECKPOINT_FORMAT:
+    if summary.get("format") != SUMMARY_FORMAT:
         raise data.DataError(f"{run_dir} was written by an older version of compare.py: "
-                               f"delete it, or compare into another --out_dir")
+                             f"delete it, or compare into another --out_dir")
     if threads and summary.get("status") == "done" and summary["threads"] != threads:
         raise data.DataError(f"{run_dir} trained on {plural(summary['threads'], 'thread')}, "
                              f"which rounds differently: compare with --threads="
@@ -139,24 +131,50 @@ def finished(cfg, run_dir, threads=None):
 
 
 def command(cfg, run_dir):
-    """(the train.py command for one run, whether it resumes): a stopped run of these settings
-    goes on from its checkpoint; one of other settings is refused."""
-    args = [sys.executable, TRAIN_PY] + [f"--{k}={v}" for k, v in settings_only(cfg).items()]
+    """(the command for one run, whether it resumes): a stopped run of these settings goes on
+    from its checkpoint; one of other settings is refused."""
+    program = ["-m", "lab.nudged", f"--nudge={cfg['nudge']}"] if cfg.get("nudge") else [TRAIN_PY]
+    args = [sys.executable, *program] + [f"--{k}={v}" for k, v in settings_only(cfg).items()
+                                         if k in TRAIN_SETTINGS]
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
-    if os.path.isfile(ckpt_path) and same_run(cfg, run_dir,
-                                              data.load_checkpoint(ckpt_path)["config"]):
+    if os.path.isfile(ckpt_path) and same_run(
+            {k: v for k, v in cfg.items() if k != "nudge"}, run_dir,
+            torch.load(ckpt_path, mmap=True, weights_only=True)["config"]):
         return args + ["--resume"], True
     return args, False
 
 
-def plan_line(cfg, threads):
+def by_other_code(run_dir, today, force=False):
+    """Why the run in run_dir is not today's code's (its probe, in summary.json or probe.json,
+    differs from today's), or None; force: reused all the same (said in results.md)."""
+    for name in ("summary.json", "probe.json", "ckpt.pt"):  # (a checkpoint alone: no probe)
+        path = os.path.join(run_dir, name)
+        if os.path.isfile(path):
+            theirs = None if name == "ckpt.pt" else json.load(open(path)).get("probe")
+            return None if force or probes.same(theirs, today) else probes.differs(theirs, today)
+    return None
+
+
+def set_aside(run_dir, why):
+    """A run of other code is kept, renamed, not overwritten: run_dir.other-code/ (the last)."""
+    aside = run_dir.rstrip(os.sep) + ".other-code"
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(run_dir, aside)
+    print(f"not reused: {run_dir} was trained by other code: {why}; kept as {aside}, trained "
+          f"again", flush=True)
+
+
+def plan_line(cfg, threads, today):
     """One run not finished yet as a shell command (a stopped one with --resume), run from the
-    project's folder by any scheduler (compare.py --plan); it writes only into the run's own
-    folder, as compare.py's own runs do. None for a finished run."""
+    project's folder by any scheduler (compare.py --plan); None for a finished run."""
     if finished(cfg, cfg["out_dir"], threads) or trained_elsewhere(cfg, cfg["out_dir"]):
         return None
-    return shlex.join([f"OMP_NUM_THREADS={threads}", "python", "train.py",
-                       *command(cfg, cfg["out_dir"])[0][2:]])
+    os.makedirs(cfg["out_dir"], exist_ok=True)
+    write_json(os.path.join(cfg["out_dir"], "probe.json"), {"probe": today})
+    args = command(cfg, cfg["out_dir"])[0]
+    program = ["python"] + (args[1:4] if cfg.get("nudge") else ["train.py"])
+    return shlex.join([f"OMP_NUM_THREADS={threads}", *program,
+                       *args[4 if cfg.get("nudge") else 2:]])
 
 
 def trained_elsewhere(cfg, run_dir):
@@ -165,14 +183,14 @@ def trained_elsewhere(cfg, run_dir):
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
     final = [r for r in read_log(run_dir) if r["kind"] == "final"]
     return (bool(final) and final[-1]["iter"] == cfg["max_iters"] and os.path.isfile(ckpt_path)
-            and same_run(cfg, run_dir, torch.load(ckpt_path, mmap=True,  # its settings alone
-                                                  weights_only=True)["config"]))
+            and same_run({k: v for k, v in cfg.items() if k != "nudge"}, run_dir, torch.load(
+                ckpt_path, mmap=True, weights_only=True)["config"]))
 
 
 def hardware(device, gpus=1):
     """'NVIDIA H200, torch ...' (with gpus, '8 x NVIDIA H200'; or 'Apple MPS') or the CPU's model
     name and core count: where a run trained (device 'auto' as train.py resolves it)."""
-    device = resolve_device(device)
+    device = setup_device(device, "float32")[0]
     if device.startswith("cuda"):
         return (f"{f'{gpus} x ' if gpus > 1 else ''}{torch.cuda.get_device_name(device)}, "
                 f"torch {torch.__version__}")
@@ -186,8 +204,8 @@ def hardware(device, gpus=1):
 
 
 def summarise(cfg, run_dir, samples, threads, machine=None):
-    """summary.json of a finished run: its log's numbers and the analysis of its final model
-    (machine: where it trained, when not here)."""
+    """summary.json of a finished run: its log's numbers, the analysis of its final model, and
+    the probe of the code that trained it (machine: where it trained, when not here)."""
     log = read_log(run_dir)
     train_records = [r for r in log if r["kind"] == "train"]
     # the first window includes start-up: left out, unless it is the only one (a short run)
@@ -195,32 +213,34 @@ def summarise(cfg, run_dir, samples, threads, machine=None):
     speeds = sorted(r["tokens_per_sec"] for r in timed) or [float("nan")]
     model = GPT.from_checkpoint(data.load_checkpoint(os.path.join(run_dir, "ckpt.pt")))
     first_record = next(r for r in log if r["kind"] == "config")
+    probe_path = os.path.join(run_dir, "probe.json")
     summary = {"config": cfg, "status": "done",
                "val_loss_full": [r for r in log if r["kind"] == "final"][-1]["val_loss_full"],
-               "evals": [r for r in log if r["kind"] == "eval"], "num_params": model.num_params(),
-               "active_params": model.active_params(),
-               "flops_per_token": model.flops_per_token(cfg["block_size"]),
+               "evals": [r for r in log if r["kind"] == "eval"],
+               **sizes(model, cfg["block_size"]),
                "tokens_per_step": first_record["tokens_per_step"],
-               "tokens_per_sec": speeds[len(speeds) // 2],
-               "threads": threads, "kv_cache_bytes_per_token": model.kv_cache_bytes(1, 1),
+               "tokens_per_sec": speeds[len(speeds) // 2], "threads": threads,
                # another CPU rounds otherwise: a run's numbers hold on the machine that printed them
                "machine": machine or hardware(cfg["device"]),
-               **analyse(model, heldout_windows(cfg, samples))}
-    return write_summary(run_dir, summary)
+               "probe": json.load(open(probe_path))["probe"] if os.path.isfile(probe_path)
+               else None, **analyse(model, heldout_windows(cfg, samples))}
+    return write_json(os.path.join(run_dir, "summary.json"), summary)
 
 
 def diverged_summary(cfg, run_dir):
     """summary.json of a run whose loss stopped being finite: a result (worse than any finite
     loss), reused like a finished run."""
-    return write_summary(run_dir, {"config": cfg, "status": "diverged", "val_loss_full": None,
-                                   "machine": hardware(cfg["device"])})
+    probe = json.load(open(os.path.join(run_dir, "probe.json")))["probe"]
+    return write_json(os.path.join(run_dir, "summary.json"), {
+        "config": cfg, "status": "diverged", "val_loss_full": None, "probe": probe,
+        "machine": hardware(cfg["device"])})
 
 
-def write_summary(run_dir, summary):
-    """summary.json, whole or not at all, tagged with the version that wrote it."""
-    with data.atomic_write(os.path.join(run_dir, "summary.json"), "w") as f:
-        json.dump({"format": data.CHECKPOINT_FORMAT, **summary}, f, indent=1)
-    return summary
+def write_json(path, record):
+    """A record, whole or not at all, tagged with the version that wrote it."""
+    with data.atomic_write(path, "w") as f:
+        json.dump({"format": SUMMARY_FORMAT, **record}, f, indent=1)
+    return {"format": SUMMARY_FORMAT, **record}
 
 
 def final_loss(summary):
@@ -241,11 +261,11 @@ def why_failed(out_path, start=0):
         lines = []
     if "Traceback (most recent call last):" in lines:
         first = len(lines) - lines[::-1].index("Traceback (most recent call last):")  # the last
-        project, frames, error = os.path.dirname(TRAIN_PY) + os.sep, [], "(no error line)"
+        frames, error = [], "(no error line)"
         for i in range(first, len(lines)):
             frame = re.match(r'  File "(.+)", line \d+, in ', lines[i])
             if frame:  # ours: in the project, not in a virtual environment inside it
-                ours = (os.path.abspath(frame.group(1)).startswith(project) and not
+                ours = (os.path.abspath(frame.group(1)).startswith(ROOT + os.sep) and not
                         {"site-packages", "dist-packages"} & set(frame.group(1).split(os.sep)))
                 frames.append((i, ours))
             elif lines[i][:1].strip():  # the first line not indented: the error itself
@@ -272,56 +292,63 @@ def gpu_ids(count):
         [str(i) for i in range(count)]
 
 
-def run_grid(grid, jobs, threads, samples, quiet_reuse=False, left="left", on_progress=None,
-             gpus=0):
-    """Train every (name, seed, point, cfg) not finished yet, `jobs` at a time, each on
-    `threads` CPU threads (a fixed count: the numbers then do not depend on jobs), and with
-    gpus, each on one GPU (CUDA_VISIBLE_DEVICES), the one running the fewest; returns summaries
-    by key. Each line says how long is left (left: how to say it); on_progress() is called
-    beside the line printed every 30 s (compare's live picture)."""
-    summaries, todo, gpu_of = {}, [], {}
+def reusable(grid, threads, samples, today, force=False):
+    """(summaries of the finished runs of today's code, the runs to train): a run of other code
+    is set aside (its folder renamed, never overwritten) and trained again."""
+    summaries, todo = {}, []
     for key, cfg in grid:
-        done = finished(cfg, cfg["out_dir"], threads)
-        if not done and trained_elsewhere(cfg, cfg["out_dir"]):  # by a --plan command
-            done = summarise(cfg, cfg["out_dir"], samples, threads,
+        run_dir, probe = cfg["out_dir"], today(cfg)
+        why = os.path.isdir(run_dir) and by_other_code(run_dir, probe, force)
+        if why:
+            set_aside(run_dir, why)
+        done = finished(cfg, run_dir, threads)
+        if not done and trained_elsewhere(cfg, run_dir):  # by a --plan command
+            done = summarise(cfg, run_dir, samples, threads,
                              "an unrecorded machine, by a --plan command")
         if done:
-            if not quiet_reuse:
-                print(f"reusing {cfg['out_dir']} (same settings, finished)")
             summaries[key] = {**done, "reused": True}
         else:
-            command(cfg, cfg["out_dir"])  # a folder holding other settings: refused before any run
+            command(cfg, run_dir)  # a folder holding other settings: refused before any run
             todo.append((key, cfg))
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    running, t_start, interrupted, failed = [], time.time(), False, []
+    return summaries, todo
+
+
+def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0):
+    """Train every (key, cfg) not finished yet, `jobs` at a time, each on `threads` CPU threads
+    (a fixed count: the numbers then do not depend on jobs), and with gpus, each on one GPU
+    (CUDA_VISIBLE_DEVICES), the one running the fewest; returns (summaries by key, interrupted,
+    failed). today: the probe of today's code for a run's settings. on_progress() is called every
+    30 s (compare's live picture)."""
+    summaries, todo = reusable(grid, threads, samples, today, getattr(today, "force", False))
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads),
+           "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    running, t_start, interrupted, failed, gpu_of = [], time.time(), False, [], {}
     n_total = len(todo)
-    # the time left's measure (progress): the finished runs' seconds and steps, and each
-    # running run's (start time, start step); each run's train.out size at its start, so that a
+    # the time left's measure (progress), and each run's train.out size at its start, so that a
     # failure shows this attempt's output, not an earlier one's
     timing, said, out_sizes = {"seconds": 0.0, "steps": 0, "started": {}}, time.time(), {}
-    started = timing["started"]
     drawn = time.time()  # the live picture's own clock: runs that start do not postpone it
     while running or (todo and not interrupted):
         while todo and len(running) < jobs and not interrupted:
             key, cfg = todo.pop(0)
             os.makedirs(cfg["out_dir"], exist_ok=True)
+            write_json(os.path.join(cfg["out_dir"], "probe.json"), {"probe": today(cfg)})
             args, resuming = command(cfg, cfg["out_dir"])
             log = open(os.path.join(cfg["out_dir"], "train.out"), "a")
             out_sizes[key] = os.path.getsize(log.name)
-            # the time left counts this run's steps: it is neither waiting nor running yet
             print(f"[{n_total - len(todo)}/{n_total}] {cfg['out_dir']}: " +
                   ("resuming from its checkpoint" if resuming else "training") +
-                  progress([(key, cfg)] + todo, running, timing, jobs, left), flush=True)
-            started[key] = (time.time(), last_step(cfg["out_dir"]) if resuming else 0)
+                  progress([(key, cfg)] + todo, running, timing, jobs), flush=True)
+            timing["started"][key] = (time.time(), last_step(cfg["out_dir"])[0] if resuming else 0)
             said = time.time()
             if gpus:  # the GPU running the fewest runs
-                ids = gpu_ids(gpus)
-                gpu_of[key] = min(ids, key=lambda g: sum(gpu_of.get(k) == g for k, *_ in running))
+                gpu_of[key] = min(gpu_ids(gpus), key=lambda g: sum(gpu_of.get(k) == g
+                                                                   for k, *_ in running))
             running.append((key, cfg, subprocess.Popen(
                 args, stdout=log, stderr=subprocess.STDOUT,
                 env={**env, **({"CUDA_VISIBLE_DEVICES": gpu_of[key]} if gpus else {})}), log))
         if running and time.time() - said > 30:  # a word at least every 30 s while runs train
-            print("   " + progress(todo, running, timing, jobs, left), flush=True)
+            print("   " + progress(todo, running, timing, jobs), flush=True)
             said = time.time()
         if on_progress and running and time.time() - drawn > 30:
             on_progress()
@@ -339,19 +366,19 @@ def run_grid(grid, jobs, threads, samples, quiet_reuse=False, left="left", on_pr
             running.remove(item)
             log.close()
             if process.returncode == 0:
-                timing["seconds"] += time.time() - started[key][0]
-                timing["steps"] += cfg["max_iters"] - started[key][1]
+                timing["seconds"] += time.time() - timing["started"][key][0]
+                timing["steps"] += cfg["max_iters"] - timing["started"][key][1]
                 summaries[key] = summarise(cfg, cfg["out_dir"], samples, threads)
                 elapsed = (time.time() - t_start) / 60
                 print(f"    done {cfg['out_dir']}: val loss {summaries[key]['val_loss_full']:.4f}" +
-                      progress(todo, running, timing, jobs, left, f"{elapsed:.1f} min so far"),
+                      progress(todo, running, timing, jobs, f"{elapsed:.1f} min so far"),
                       flush=True)
             elif process.returncode == 130:
                 interrupted = True
             elif any(r["kind"] == "diverged" for r in read_log(cfg["out_dir"])):
                 summaries[key] = diverged_summary(cfg, cfg["out_dir"])
                 print(f"    diverged {cfg['out_dir']} (counts as worse than any finite loss)" +
-                      progress(todo, running, timing, jobs, left), flush=True)
+                      progress(todo, running, timing, jobs), flush=True)
             else:
                 failed.append(cfg["out_dir"])
                 print(f"    FAILED {cfg['out_dir']} (" + (

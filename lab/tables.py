@@ -12,8 +12,9 @@ import numpy as np
 
 import data
 from configurator import plural
+from model import mixing_by_layer
 
-from .analysis import (FLOOR, bracketed, held_on_every_seed, lr_range, mixing_by_layer,
+from .analysis import (FLOOR, bracketed, held_on_every_seed, lr_range,
                        noise_floor, paired_stats, vanilla_curve, verdict)
 
 
@@ -225,9 +226,10 @@ def write_tables(root, results, paper, info, search=None):
     for name, r in variants.items():  # learned mixing weights, e.g. ResFormer's lambdas
         for kind, by_layer in mixing_by_layer(r.get("mixing", {})).items():
             width = max(len(v) for v in by_layer.values())
+            heads = (kind.split("/") if kind.count("/") == width - 1 else
+                     [f"{kind}[{i}]" for i in range(width)])  # lambda_1/lambda_2: two columns
             md += [f"\n## Learned {kind} of {name}, by layer (mean over seeds)\n",
-                   "| layer | " + " | ".join(f"{kind}[{i}]" if width > 1 else kind
-                                           for i in range(width)) + " |",
+                   "| layer | " + " | ".join(heads) + " |",
                    "|---" * (width + 1) + "|"]
             md += [f"| {layer} | " + " | ".join(f"{x:.3f}" for x in v) + " |"
                    for layer, v in sorted(by_layer.items())]
