@@ -27,8 +27,8 @@ def plural(n, noun):
 def read_preset(path, seen=()):
     """The `key = value` lines of a preset file, after those of its base if it names one."""
     if not os.path.isfile(path) or os.path.abspath(path) in seen:
-        raise ConfigError(f"no preset file {path} (presets live in config/)" if not seen else
-                          f"{path}: its base leads back to itself")
+        raise ConfigError(f"{path}: its base leads back to itself" if os.path.isfile(path) else
+                          f"no preset file {path} (presets live in config/)")
     settings = {}
     try:
         for i, node in enumerate(ast.parse(open(path).read(), filename=path).body):
@@ -69,16 +69,22 @@ def parse_args(settings, argv, usage):
     values = defaults(settings)
     for path in [a for a in argv if not a.startswith("-")]:
         for key, value in read_preset(path).items():
-            if key not in settings:
-                raise ConfigError(f"{path}: unknown setting {key} (--help lists them)")
+            if key not in settings:  # the preset's first comment says what it is for
+                said = next((line.strip("# \n") for line in open(path) if line[:1] == "#"), "")
+                raise ConfigError(f"{path}: unknown setting {key} ({said or '--help lists them'})")
             setattr(values, key, typed(key, value, settings[key]))
-    parser = Parser(usage=usage, allow_abbrev=False)
+    parser = Parser(usage=usage, allow_abbrev=False, add_help=False)
     for key, (default, meaning, *_) in settings.items():
         parser.add_argument(f"--{key}", default=getattr(values, key), help=f"{meaning} "
                             f"(%(default)s)", metavar=type(default).__name__.upper(),
                             type=lambda v, k=key: typed(k, v, settings[k]),
                             **(dict(nargs="?", const="true") if isinstance(default, bool) else {}))
-    return parser.parse_args([a for a in argv if a.startswith("-")])
+    cfg = parser.parse_args([a for a in argv if a.startswith("-") and a not in ("-h", "--help")])
+    if "-h" in argv or "--help" in argv:  # each setting with the value this command would use
+        parser.set_defaults(**vars(cfg))
+        parser.print_help()
+        sys.exit(0)
+    return cfg
 
 
 def defaults(settings, **values):

@@ -76,10 +76,15 @@ GPU_PEAK_FLOPS = {
     "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12, "V100": 125e12, "T4": 65e12}
 
 
-def get_lr(it, cfg):
-    """A linear warmup (cut to a tenth of the run if it would fill it), then a cosine to min_lr."""
+def schedule(cfg):
+    """(warmup steps, the step the cosine ends): a warmup that would fill it is cut to a tenth."""
     end = cfg.lr_decay_iters or cfg.max_iters
-    warmup = cfg.warmup_iters if cfg.warmup_iters < end else end // 10
+    return (cfg.warmup_iters if cfg.warmup_iters < end else end // 10), end
+
+
+def get_lr(it, cfg):
+    """A linear warmup, then a cosine down to min_lr (schedule)."""
+    warmup, end = schedule(cfg)
     if it < warmup:
         return cfg.learning_rate * (it + 1) / (warmup + 1)
     if it >= end:
@@ -127,21 +132,18 @@ def estimate_loss(model, batches, eval_iters, autocast):
     return losses
 
 
-def train(cfg, typed=()):
-    """One run; returns its numbers and model. typed: the settings given, which a resume changes."""
+def train(cfg, typed=None):
+    """One run; returns its numbers and model. typed: the settings given, which a resume changes
+    (None: all of cfg's)."""
     # Where it runs. Under torchrun each process runs this file (RANK: which, WORLD_SIZE: how
     # many, LOCAL_RANK: its GPU on this machine); rank 0 writes the files.
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    if rank == 0:
-        lock(cfg.out_dir)  # out_dir is this run's until the process ends
+    check(cfg, world)
     ckpt = None
     if cfg.resume:  # the checkpoint's settings, changed only where given
         ckpt = data.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"))
         cfg = resumed(cfg, typed, ckpt)
-    elif os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt")) and not cfg.overwrite:
-        raise ConfigError(f"{cfg.out_dir} already holds a checkpoint: continue it with --resume, "
-                          f"or train into another --out_dir (--overwrite replaces it)")
-    check(cfg, world)
+        check(cfg, world)
     device, dtype, autocast = setup_device(cfg.device, cfg.dtype)
     if world > 1:
         if device.startswith("cuda"):
@@ -193,6 +195,11 @@ def train(cfg, typed=()):
     fixed = {s: data.Batches(shards[s], batch_size, cfg.block_size, 1234, s, device)
              for s in shards}
     tokens_per_step = batch_size * cfg.block_size * grad_accum * world
+    if rank == 0:
+        lock(cfg.out_dir)  # out_dir is this run's until it ends
+    if not cfg.resume and os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt")) and not cfg.overwrite:
+        raise ConfigError(f"{cfg.out_dir} already holds a checkpoint: continue it with --resume, "
+                          f"or train into another --out_dir (--overwrite replaces it)")
     record = {"format": data.CHECKPOINT_FORMAT, "data": identity, "iter_num": 0,
               "best_val_loss": float("inf"), "val_loss": None, "model_args": vars(config),
               "config": {k: v for k, v in vars(cfg).items() if k not in ACTIONS},
@@ -220,15 +227,18 @@ def train(cfg, typed=()):
         if entry is not None:
             record["log"].append({"iter": iter_num, **entry})
 
-    log(line=f"{'resuming' if ckpt else 'training'} {cfg.out_dir} at step {iter_num}: "
-             + " ".join(f"{k}={v}" for k, v in record["config"].items()))
-    log({"kind": "config", "settings": {**record["config"], "device": device, "dtype": dtype},
+    warmup, end = schedule(cfg)  # the settings in effect, where they differ from those asked
+    settings = {**record["config"], "warmup_iters": warmup, "lr_decay_iters": end,
+                "n_kv_head": config.kv_heads, "device": device, "dtype": dtype}
+    log(line=f"{'resuming' if ckpt else 'training'} {cfg.out_dir} at step {iter_num}\nsettings: "
+             + " ".join(f"{k}={v}" for k, v in settings.items()))
+    log({"kind": "config", "settings": settings,
          "world": world, "num_params": raw_model.num_params(), "tokens_per_step":
          tokens_per_step, "fitted": record["fitted"], "memory_estimate_bytes": fitted[2]},
         f"{memory_line}\n{cfg.value_mode} on {device}{f' ({gpu})' if gpu else ''} in {dtype}"
         f"{' with loss scaling' * (dtype == 'float16')}: {raw_model.num_params() / 1e6:.2f}M "
         f"parameters, {tokens_per_step:,} tokens/step ({batch_size} x {cfg.block_size} x "
-        f"{plural(grad_accum, 'micro-step')} x {plural(world, 'process')}), "
+        f"{plural(grad_accum, 'micro-step')} x {world} process{'es' * (world > 1)}), "
         f"{plural(cfg.max_iters, 'step')}, data {cfg.dataset}")
 
     t0, timed_from = time.time(), iter_num  # the clock of the steps since the last log line
@@ -264,7 +274,7 @@ def train(cfg, typed=()):
                             f"{max(batch_size // 2, 1)} --gradient_accumulation_steps="
                             f"{2 * grad_accum * world} (the same tokens per step)") from None
         iter_num += 1
-        if iter_num == start_iter + 1 and iter_num % cfg.log_interval:
+        if iter_num == start_iter + 1 and iter_num % cfg.log_interval and iter_num < cfg.max_iters:
             t0, timed_from = time.time(), iter_num  # the first step (compiling) is not timed
 
         if iter_num % cfg.log_interval == 0 or iter_num == cfg.max_iters:
@@ -296,9 +306,11 @@ def train(cfg, typed=()):
         f"val loss over the whole validation split ({n:,} tokens): {val_loss_full:.4f}\n"
         f"{'saved' if iter_num > start_iter else 'kept'} {cfg.out_dir}/ckpt.pt (step "
         f"{iter_num}); sample from it: python sample.py --out_dir={cfg.out_dir}")
-    write_log(cfg.out_dir, record["log"])
     if world > 1:
         dist.destroy_process_group()
+    if rank == 0:
+        write_log(cfg.out_dir, record["log"])
+        LOCKS.pop(os.path.realpath(cfg.out_dir)).close()  # the folder is free again
     return {"iter": iter_num, "val_loss_full": val_loss_full, "model": raw_model,
             "evals": [r for r in record["log"] if r["kind"] == "eval"],
             "best_val_loss": record["best_val_loss"]}
@@ -355,9 +367,9 @@ LOCKS = {}  # out_dir: the open lock file of this process's run there
 
 
 def lock(out_dir):
-    """Locks out_dir/.lock while its file stays open, to the end of this process (the OS drops it
-    however that ends): a second run into the folder is refused. Where the file system has no
-    locks (NFS mounted without them): a warning."""
+    """Locks out_dir/.lock while its file stays open: until train() ends, or (when a run fails)
+    this process does, however it does: the OS drops the lock. A second run into the folder is
+    refused. Where the file system has no locks (NFS mounted without them): a warning."""
     try:
         os.makedirs(out_dir, exist_ok=True)
         held = LOCKS.pop(os.path.realpath(out_dir), None)  # this process's earlier run: done
@@ -379,7 +391,8 @@ def resumed(cfg, typed, ckpt):
     """The checkpoint's settings, changed where given (typed); the model's shape cannot change."""
     saved = {**{k: spec[0] for k, spec in SETTINGS.items()}, **ckpt["config"],
              **{k: getattr(cfg, k) for k in ACTIONS}}
-    changes = {k: (saved[k], getattr(cfg, k)) for k in set(typed) - set(ACTIONS)
+    changes = {k: (saved[k], getattr(cfg, k)) for k in set(vars(cfg) if typed is None else typed)
+               - set(ACTIONS)
                if k in saved and saved[k] != getattr(cfg, k)}
     shape = [f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in changes.items()
              if k in ckpt["model_args"] and k != "dropout"]

@@ -43,7 +43,7 @@ def data_dir(tmp_path_factory):
     """A byte dataset of 13 documents (about 22,500 train + 2,000 val tokens)."""
     root = tmp_path_factory.mktemp("data")
     docs = [TEXT[i:i + 2000] for i in range(0, len(TEXT), 2000)]
-    return prepare.prepare(configurator.defaults(prepare.SETTINGS, name="tiny_byte",
+    return prepare.prepare(configurator.defaults(prepare.SETTINGS, dataset="tiny",
                                                  out_root=str(root), quiet=True), documents=docs)
 
 
@@ -101,7 +101,7 @@ def test_each_mode_trains_and_writes_log_and_checkpoint(data_dir, tmp_path, mode
     assert ckpt["iter_num"] == 30 and ckpt["model_args"]["value_mode"] == mode
     assert ckpt["tokenizer"] == {"tokenizer": "byte", "vocab_size": 257, "eot": 256}
     assert ckpt["best_val_loss"] == summary["best_val_loss"] == min(e["val_loss"] for e in evals)
-    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "log.jsonl"]  # no .tmp, no lock file
+    assert sorted(os.listdir(tmp_path)) == [".lock", "ckpt.pt", "log.jsonl"]  # no .tmp
     # only value embeddings have mixing weights here (a learned value_lambda in every layer)
     mixing = evals[-1].get("mixing")
     if mode == "value_embed":
@@ -126,7 +126,7 @@ def test_learned_lambdas_step_at_their_own_learning_rate(data_dir, tmp_path, cap
         return np.array(list(mixing.values()))
     assert np.array_equal(lambdas(0.0), np.full((2, 2), 0.5))
     # the eval lines show them, layers 2..n, as the log records them
-    assert ", value_lambdas 0.50/0.50 0.50/0.50\n" in capsys.readouterr().out
+    assert ", lambda_1/lambda_2 by layer 2: 0.50/0.50 3: 0.50/0.50\n" in capsys.readouterr().out
     moved = np.abs(lambdas(1.0) - 0.5).max()
     assert 0.005 < moved < 10 * 1e-2 + 1e-6  # at most about lr (1e-2) per step, 10 steps
 
@@ -142,7 +142,7 @@ def test_resume_equals_uninterrupted_run(data_dir, tmp_path):
     first_half = changed(straight, out_dir=str(tmp_path / "resumed"), max_iters=12)
     train.train(first_half)  # the same schedule: lr_decay_iters is set
     summary = train.train(changed(first_half, max_iters=30, resume=True))
-    assert summary["iter"] == 30 and [e["iter"] for e in summary["evals"]] == [20, 30]
+    assert summary["iter"] == 30 and [e["iter"] for e in summary["evals"]] == [0, 10, 12, 20, 30]
     assert train_losses(tmp_path / "resumed") == train_losses(tmp_path / "straight")  # bitwise
     a, b = load(tmp_path / "straight"), load(tmp_path / "resumed")
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
@@ -225,7 +225,7 @@ def test_second_run_on_an_out_dir_is_refused_until_the_first_is_gone(data_dir, t
     step = load(out)["iter_num"]
     train.main([f"--out_dir={out}", "--resume", f"--max_iters={step + 2}"])
     assert load(out)["iter_num"] == step + 2
-    assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
+    assert sorted(os.listdir(out)) == [".lock", "ckpt.pt", "log.jsonl"]
 
 
 # ---- what stops a run ----
@@ -253,7 +253,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path
     saved = load(tmp_path)
     assert saved["iter_num"] == 10 and all(torch.isfinite(v).all() for v in
                                            saved["model"].values() if v.is_floating_point())
-    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "log.jsonl"]
+    assert sorted(os.listdir(tmp_path)) == [".lock", "ckpt.pt", "log.jsonl"]
 
 
 def test_killed_checkpoint_write_leaves_previous_loadable(data_dir, tmp_path, monkeypatch):
@@ -274,7 +274,7 @@ def test_killed_checkpoint_write_leaves_previous_loadable(data_dir, tmp_path, mo
         train.train(tiny_cfg(data_dir, tmp_path))
     monkeypatch.undo()
     assert saves == [10, 20] and load(tmp_path)["iter_num"] == 10
-    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "log.jsonl"]
+    assert sorted(os.listdir(tmp_path)) == [".lock", "ckpt.pt", "log.jsonl"]
     assert train.train(tiny_cfg(data_dir, tmp_path, resume=True))["iter"] == 30
     # a half file (what a SIGKILL would leave as ckpt.pt.tmp) is never read as a checkpoint
     (tmp_path / "half.pt").write_bytes(b"PK\x03\x04 half a checkpoint")
@@ -286,7 +286,7 @@ def test_killed_checkpoint_write_leaves_previous_loadable(data_dir, tmp_path, mo
 def test_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(data_dir, tmp_path):
     """The OS's own ENOSPC: ckpt.pt.tmp is a link to /dev/full, where every write fails. The save
     at step 20 of `python train.py --resume` fails: one line, exit 1, step 10's checkpoint whole
-    and the partial file gone. At a fresh run's first save, nothing is left but the log."""
+    and the partial file gone. At a fresh run's first save, nothing is left but the lock."""
     out = tmp_path / "out"
     train.train(tiny_cfg(data_dir, out, max_iters=10))
     os.symlink("/dev/full", out / "ckpt.pt.tmp")
@@ -294,7 +294,7 @@ def test_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(data_d
     assert result.returncode == 1 and "step 20: train loss" in result.stdout
     assert result.stderr.startswith("error: no space left on device") and \
         result.stderr.count("\n") == 1, result.stderr[-2000:]
-    assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
+    assert sorted(os.listdir(out)) == [".lock", "ckpt.pt", "log.jsonl"]
     assert load(out)["iter_num"] == 10
 
     fresh = tmp_path / "fresh"
@@ -303,7 +303,7 @@ def test_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(data_d
     with pytest.raises(SystemExit) as stopped:  # run_main: what `python train.py` does with it
         configurator.run_main(lambda argv: train.train(tiny_cfg(data_dir, fresh, max_iters=10)))
     assert str(stopped.value.code).startswith("error: no space left on device")
-    assert sorted(os.listdir(fresh)) == ["log.jsonl"]
+    assert sorted(os.listdir(fresh)) == [".lock"]
 
 
 def test_a_students_bug_in_model_py_shows_its_traceback(data_dir, tmp_path):
@@ -338,8 +338,7 @@ def test_batches_draw_windows_from_every_shard_in_proportion_to_its_windows():
     lengths = [T + 1, 60, 200, T + 2, 30]
     shards = [np.arange(1000 * s, 1000 * s + n, dtype=np.uint16) for s, n in enumerate(lengths)]
     windows = [max(n - T - 1, 0) for n in lengths]  # 0, 55, 195, 1, 25
-    batches = train.Batches(shards, SimpleNamespace(batch_size=B, block_size=T), seed=0,
-                            split="train")
+    batches = data.Batches(shards, B, T, seed=0, split="train")
     starts, draws = collections.defaultdict(collections.Counter), 2000
     for _ in range(draws):
         x, y = batches.next()
@@ -364,8 +363,7 @@ def test_one_shard_gives_the_old_single_shard_windows():
     generator, as the single-shard reader always drew them (so old runs replay)."""
     B, T, seed = 5, 16, 1337
     tokens = (np.arange(3000) * 7919 % 257).astype(np.uint16)
-    batches = train.Batches([tokens], SimpleNamespace(batch_size=B, block_size=T), seed=seed,
-                            split="train")
+    batches = data.Batches([tokens], B, T, seed=seed, split="train")
     generator = torch.Generator().manual_seed(seed)
     for _ in range(20):
         ix = torch.randint(len(tokens) - T - 1, (B,), generator=generator)
@@ -377,38 +375,33 @@ def test_one_shard_gives_the_old_single_shard_windows():
 def test_a_split_without_a_window_is_a_data_error_naming_it():
     """Every shard shorter than block_size + 2: the split, its longest shard's real size and a
     block_size that does fit (it does); with 2 tokens or fewer no block_size fits."""
-    cfg = SimpleNamespace(batch_size=8, block_size=16)
     shards = [np.arange(n, dtype=np.uint16) for n in (17, 10, 12)]
     with pytest.raises(data.DataError) as error:
-        train.Batches(shards, cfg, seed=0, split="val")
+        data.Batches(shards, 8, 16, seed=0, split="val")
     assert str(error.value) == ("the val split's longest shard has 17 tokens, fewer than one "
                                 "window needs (block_size 16 + 2): use --block_size=15 or less, "
                                 "or prepare more text")
-    train.Batches(shards, SimpleNamespace(batch_size=8, block_size=15), seed=0, split="val")
+    data.Batches(shards, 8, 15, seed=0, split="val")
     with pytest.raises(data.DataError, match=r"has 2 tokens, fewer than one window needs "
                                              r"\(block_size 16 \+ 2\): prepare more text$"):
-        train.Batches([np.arange(2, dtype=np.uint16)], cfg, seed=0, split="train")
+        data.Batches([np.arange(2, dtype=np.uint16)], 8, 16, seed=0, split="train")
 
 
 # ---- settings ----
 
 def test_missing_data_names_the_prepare_command(tmp_path):
-    """data.py's one line for a missing dataset (its wording is data.py's: tested there), with
-    the prepare.py command that makes it; checked before out_dir is made."""
-    missing = str(tmp_path / "tinyshakespeare_gpt2")
+    """data.py's one line for a missing dataset, with the command that makes one."""
+    missing = str(tmp_path / "plays_gpt2")
     with pytest.raises(data.DataError) as error:
         train.train(tiny_cfg(missing, tmp_path / "out"))
-    message = str(error.value)
-    assert message == str(data.no_data(missing, f"no dataset {missing}"))
-    assert re.match(rf"no dataset {re.escape(missing)}: run python prepare\.py [^(]*"
-                    rf"tinyshakespeare", message), message
-    assert not (tmp_path / "out").exists()  # the data is checked first
+    assert str(error.value) == (f"no train shards in {missing}: make them with python "
+                                f"prepare.py (its --help says how), or name another --dataset")
 
 
 @pytest.mark.parametrize("arg,message", [
-    ("--n_layers=4", "error: unknown setting n_layers for train.py (did you mean n_layer?)"),
-    ("--n_layer=4.5", "error: --n_layer=4.5: n_layer must be int (like 4), got 4.5"),
-    ("--value_mode=resformr", "error: --value_mode=resformr: must be one of vanilla, resformer,")])
+    ("--n_layers=4", "error: unrecognized arguments: --n_layers=4"),
+    ("--n_layer=4.5", "error: --n_layer=4.5: must be int, like 4"),
+    ("--value_mode=resformr", "error: value_mode must be one of vanilla, resformer,")])
 def test_bad_overrides_exit_with_one_line(arg, message, monkeypatch, capsys):
     """`python train.py ARG`, in-process: run_main exits with one line, nothing on stdout."""
     monkeypatch.setattr(sys, "argv", ["train.py", arg])
@@ -422,11 +415,11 @@ def test_quickstart_preset_is_the_defaults():
     preset = configurator.read_preset(os.path.join(HERE, "config", "quickstart.py"))
     assert preset and all(train.SETTINGS[k][0] == v for k, v in preset.items())
     # every key known, typed
-    gpt2 = configurator.load_config(train.SETTINGS, [os.path.join(HERE, "config",
-                                                                  "gpt2_124m.py")])
+    gpt2 = configurator.parse_args(train.SETTINGS, [os.path.join(HERE, "config",
+                                                                    "gpt2_124m.py")], "")
     assert gpt2.batch_size * gpt2.block_size * gpt2.gradient_accumulation_steps == 2 ** 19
     with pytest.raises(ConfigError):
-        configurator.load_config(train.SETTINGS, ["--max_iters=many"])
+        configurator.parse_args(train.SETTINGS, ["--max_iters=many"], "")
 
 
 def test_lr_schedule():
@@ -476,13 +469,13 @@ RECORDING = """\
 import os, sys, torch
 sys.path.insert(0, {here!r})
 import configurator, train
-drawn, real_next = [], train.Batches.next
+drawn, real_next = [], train.data.Batches.next
 def recording_next(self):  # training batches only: the fixed ones are seeded 1234
     x, y = real_next(self)
     if self.seed != 1234:
         drawn.append(x)
     return x, y
-train.Batches.next = recording_next
+train.data.Batches.next = recording_next
 summary = train.train(configurator.defaults(train.SETTINGS, **eval(sys.argv[1])))
 torch.save({{"drawn": drawn, "model": summary["model"].state_dict()}},
            sys.argv[2] + os.environ["RANK"] + ".pt")
@@ -520,7 +513,8 @@ def test_torchrun_two_processes_gloo(torchrun_straight, tmp_path):
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     saved = load(out)
     assert all(torch.equal(weights[0][k], saved["model"][k]) for k in weights[0])
-    assert len(saved["rank_states"]) == 2 and sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
+    assert len(saved["rank_states"]) == 2 and sorted(os.listdir(out)) == [
+        ".lock", "ckpt.pt", "log.jsonl"]
     assert [i for i, _ in train_losses(out)] == list(range(1, 31))  # once, not once per process
     assert stdout.count("step 30: train loss") == 1  # only rank 0 prints
     assert "256 tokens/step (8 x 16 x 1 micro-step x 2 processes)" in stdout
@@ -561,7 +555,7 @@ def test_torchrun_ctrl_c_then_resume_equals_uninterrupted_run(data_dir, torchrun
                     f"train.py --resume --out_dir={out}"], stderr[-3000:]  # rank 0's only
 
     stdout, ranks = run_recorded(tmp_path, changed(cfg, max_iters=30, resume=True), "resumed")
-    assert f"resuming {out}/ckpt.pt at step {stop}" in stdout
+    assert f"resuming {out} at step {stop}" in stdout
     log = read_log(out)
     resumed = [i for i, r in enumerate(log) if r["kind"] == "config"][-1]
     assert [(r["iter"], r["loss"]) for r in log[resumed:] if r["kind"] == "train"] == \
@@ -588,28 +582,18 @@ def test_torchrun_accumulation_that_does_not_divide_is_a_one_line_error(data_dir
     assert not (tmp_path / "out").exists()
 
 
-def test_each_process_draws_its_own_stream_which_no_plain_seed_repeats():
-    """Batches were seeded seed + rank, so rank 1 of seed s replayed a plain run of seed s + 1.
-    Rank 0 keeps the seed itself (a one-process run is unchanged)."""
-    assert train.rank_seed(1337, 0) == 1337
-    others = [train.rank_seed(1337, r) for r in (1, 2, 3)]
-    assert len(set(others)) == 3 and not set(others) & set(range(1337 - 100, 1337 + 100))
-    assert all(0 <= s < 2**63 for s in others) and train.rank_seed(1338, 1) not in others
-
-
 def test_batches_reach_a_gpu_from_pinned_memory_the_same_tokens(monkeypatch):
     """On CUDA the batch is copied from pinned memory without blocking (nanoGPT's way); the
     tokens are those the CPU run draws, bit for bit. (No GPU here: pin_memory and the copy are
     stand-ins that record their calls.)"""
     shards = [np.arange(1000, dtype=np.uint16) % 97]
-    cfg = SimpleNamespace(batch_size=4, block_size=8)
-    on_cpu = train.Batches(shards, cfg, 5, "train")
+    on_cpu = data.Batches(shards, 4, 8, 5, "train")
     calls = []
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append("pin") or self)
     real_to = torch.Tensor.to
     monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: calls.append((a, k)) or (
         self if a[:1] == ("cuda:0",) else real_to(self, *a, **k)))
-    on_gpu = train.Batches(shards, cfg, 5, "train", device="cuda:0")
+    on_gpu = data.Batches(shards, 4, 8, 5, "train", device="cuda:0")
     for _ in range(3):
         assert all(torch.equal(a, b) for a, b in zip(on_cpu.next(), on_gpu.next()))
     assert calls.count("pin") == 3
