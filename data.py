@@ -60,8 +60,15 @@ class TiktokenTokenizer:
         return [np.asarray(ids, dtype=np.uint32)
                 for ids in self.enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)]
 
-    def token_bytes(self, ids):  # all at once in tiktoken's Rust core; not the padding rows
-        return self.enc.decode_bytes([int(i) for i in ids if 0 <= i < self.vocab_size])
+    def token_bytes(self, ids):
+        ids = [int(i) for i in ids if 0 <= i < self.vocab_size]  # not the model's padding rows
+        with contextlib.suppress(KeyError):  # all at once in tiktoken's Rust core ...
+            return self.enc.decode_bytes(ids)
+        parts = []  # ... unless an id has no bytes (between the ordinary and special tokens)
+        for i in ids:
+            with contextlib.suppress(KeyError):
+                parts.append(self.enc.decode_single_token_bytes(i))
+        return b"".join(parts)
 
     def decode(self, ids):
         return self.token_bytes(ids).decode("utf-8", "replace")

@@ -9,6 +9,7 @@ A dataset's shards go into a new folder inside data/<name>/; meta.json, written 
 names them. So a kill at any moment leaves the old dataset or the new one, never half of one; a
 stopped stream (FineWeb) keeps its finished shards, and the same command again goes on from them.
 """
+import contextlib
 import glob
 import itertools
 import json
@@ -79,9 +80,13 @@ def prepare(cfg, documents=None):
     count = done["documents"]
     try:
         for ids in tokenize(itertools.islice(documents, count, None), tok, cfg.quiet):
-            for which, part in split(ids) if ids is not None else []:
-                if shards[which].add(part) and stream:  # a shard finished: where it ends is kept
-                    keep_progress(folder, recipe, count, shards)
+            parts = split(ids) if ids is not None else []
+            if stream and any(shards[which].full(part) for which, part in parts):
+                for s in shards.values():  # every document so far on disk: a stopped stream
+                    s.flush()              # goes on from the next one
+                keep_progress(folder, recipe, count, shards)
+            for which, part in parts:
+                shards[which].add(part)
             count += 1
             if cfg.max_tokens and shards["train"].tokens + shards["val"].tokens >= cfg.max_tokens:
                 break
@@ -93,6 +98,8 @@ def prepare(cfg, documents=None):
     except BaseException:
         if not (stream and os.path.exists(os.path.join(folder, "progress.json"))):
             shutil.rmtree(folder, ignore_errors=True)  # nothing kept: the old dataset stands
+            with contextlib.suppress(OSError):
+                os.rmdir(out_dir)  # (only if there was none: a first preparation leaves nothing)
         elif not cfg.quiet:
             print(f"stopped: the finished shards in {folder} are kept; the same command again "
                   f"goes on from them", file=sys.stderr)
@@ -189,10 +196,13 @@ class Shards:
         self.buf = np.empty(shard_size, dtype=data.shard_dtype(vocab_size))
         self.n, self.tokens = 0, sum(w["tokens"] for w in written)
 
+    def full(self, ids):
+        """Whether these tokens would not fit in the shard being filled."""
+        return self.n > 0 and self.n + len(ids) > len(self.buf)
+
     def add(self, ids):
-        """Append one document's tokens; True if a shard was finished before it."""
-        finished = self.n + len(ids) > len(self.buf) and self.n > 0
-        if finished:
+        """Append one document's tokens, after the shard being filled if they do not fit."""
+        if self.full(ids):
             self.flush()
         while len(ids):
             k = min(len(ids), len(self.buf) - self.n)
@@ -200,7 +210,6 @@ class Shards:
             self.n, self.tokens = self.n + k, self.tokens + k
             if len(ids):
                 self.flush()
-        return finished
 
     def flush(self):
         if self.n:
