@@ -95,7 +95,19 @@ def prepare(cfg, documents=None):
         if not shards["train"].tokens or not shards["val"].tokens:
             raise data.DataError(f"{source}: too little text for a train and a val split "
                                  f"({shards['train'].tokens} + {shards['val'].tokens} tokens)")
+        meta = {"name": name, "source": source, "tokenizer": tok.name, "vocab_size":
+                tok.vocab_size, "eot": tok.eot, "documents": count, **{k: recipe[k] for k in (
+                    "val_fraction", "seed", "max_tokens")}, "train_tokens":
+                shards["train"].tokens, "val_tokens": shards["val"].tokens,
+                "shards": [{**w, "file": os.path.join(os.path.basename(folder), w["file"])}
+                           for s in shards.values() for w in s.written],
+                "seconds": round(time.time() - t0, 2),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        before = switch(out_dir, meta)
     except BaseException:
+        named = os.path.join(out_dir, "meta.json")
+        if os.path.isfile(named) and os.path.basename(folder) in open(named).read():
+            raise  # stopped just after the switch: the new dataset stands
         if not (stream and os.path.exists(os.path.join(folder, "progress.json"))):
             shutil.rmtree(folder, ignore_errors=True)  # nothing kept: the old dataset stands
             with contextlib.suppress(OSError):
@@ -104,14 +116,12 @@ def prepare(cfg, documents=None):
             print(f"stopped: the finished shards in {folder} are kept; the same command again "
                   f"goes on from them", file=sys.stderr)
         raise
-    meta = {"name": name, "source": source, "tokenizer": tok.name, "vocab_size": tok.vocab_size,
-            "eot": tok.eot, "documents": count, **{k: recipe[k] for k in (
-                "val_fraction", "seed", "max_tokens")}, "train_tokens": shards["train"].tokens,
-            "val_tokens": shards["val"].tokens, "seconds": round(time.time() - t0, 2),
-            "shards": [{**w, "file": os.path.join(os.path.basename(folder), w["file"])}
-                       for s in shards.values() for w in s.written],
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    before = switch(out_dir, folder, meta)
+    for entry in os.listdir(out_dir):  # the old dataset's shards and any stopped run's go (what
+        old = os.path.join(out_dir, entry)  # cannot go now goes with the next preparation)
+        if entry != "meta.json" and old != folder:
+            shutil.rmtree(old, ignore_errors=True) if os.path.isdir(old) else os.remove(old)
+    if os.path.exists(os.path.join(folder, "progress.json")):
+        os.remove(os.path.join(folder, "progress.json"))
     if not cfg.quiet:
         if before not in (None, source):  # another source under the same name: said, once
             print(f"replaced {out_dir}, which held {before}")
@@ -241,19 +251,13 @@ def keep_progress(folder, recipe, documents, shards):
                    "shards": [w for s in shards.values() for w in s.written]}, f)
 
 
-def switch(out_dir, folder, meta):
-    """Makes folder's shards the dataset: meta.json written whole over the old one, then the old
-    dataset's shards (and any stopped run's) removed. Returns the old dataset's source, or None."""
+def switch(out_dir, meta):
+    """meta.json written whole over the old one: from then on readers see the new dataset.
+    Returns the old dataset's source, or None."""
     path = os.path.join(out_dir, "meta.json")
     before = json.load(open(path)).get("source") if os.path.isfile(path) else None
-    with data.atomic_write(path, "w") as f:  # the switch: from here on readers see the new set
+    with data.atomic_write(path, "w") as f:
         json.dump(meta, f, indent=1)
-    for entry in os.listdir(out_dir):
-        old = os.path.join(out_dir, entry)
-        if entry != "meta.json" and old != folder:
-            shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
-    if os.path.exists(os.path.join(folder, "progress.json")):
-        os.remove(os.path.join(folder, "progress.json"))
     return before
 
 

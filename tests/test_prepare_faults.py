@@ -1,9 +1,8 @@
-"""Crash safety of prepare.py (issue 14): it writes a dataset into <name>.tmp<pid>/ and renames
-that over <name>/ only when it is complete, so a run that fails at any file operation, runs out
-of disk, is interrupted or is killed leaves the old dataset as it was (or, once renamed, the new
-one), never a mix; a failed run removes its tmp folder, and the next run removes a killed one's.
-A kill between the switch's two renames leaves the old dataset in <name>.tmp<pid>.old: the first
-reader (data.py) or prepare.py puts it back.
+"""Crash safety of prepare.py: it writes a dataset's shards into a folder of their own inside
+<name>/ and then meta.json, whole, over the old one: the switch. So a run that fails at any file
+operation, runs out of disk, is interrupted or is killed leaves the old dataset as it was (or,
+once switched, the new one), never a mix; a failed run removes its folder, and the next run
+removes what a killed one left.
 Run: OMP_NUM_THREADS=1 pytest -q tests/test_prepare_faults.py"""
 import errno
 import hashlib
@@ -64,25 +63,30 @@ def files(folder):
             for p in sorted(folder.rglob("*")) if p.is_file()} if folder.is_dir() else None
 
 
+def named_files(folder):
+    """meta.json and the shards it names, with their bytes: the dataset a reader sees."""
+    if not (Path(folder) / "meta.json").exists():
+        return None
+    names = ["meta.json"] + [s["file"] for s in data.load_meta(str(folder))["shards"]]
+    return {n: (Path(folder) / n).read_bytes() for n in names if (Path(folder) / n).exists()}
+
+
 def only_the_named_set(data_dir):
     """True when data_dir holds meta.json and exactly the shards meta.json names, each with the
     sha256 meta.json records for it."""
     shards = data.load_meta(str(data_dir))["shards"]
-    found = {p.relative_to(data_dir).as_posix() for p in Path(data_dir).rglob("*")}
+    found = {p.relative_to(data_dir).as_posix() for p in Path(data_dir).rglob("*") if p.is_file()}
     return found == {s["file"] for s in shards} | {"meta.json"} and all(
         hashlib.sha256((Path(data_dir) / s["file"]).read_bytes()).hexdigest() == s["sha256"]
         for s in shards)
 
 
 def tmp_folders(root, name="d_byte"):
-    return sorted(p.name for p in Path(root).glob(f"{name}.tmp*"))
-
-
-def dead_pid():
-    """The pid of a process that has ended (a run that was killed)."""
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
+    """The shard folders in root/name/ that its meta.json does not name: a run's, not finished."""
+    data_dir = Path(root) / name
+    named = ({os.path.dirname(s["file"]) for s in data.load_meta(str(data_dir))["shards"]}
+             if (data_dir / "meta.json").exists() else set())
+    return sorted(p.name for p in data_dir.glob("shards-*") if p.name not in named)
 
 
 # ---------------------------------------------------------------- in-process failures
@@ -96,7 +100,8 @@ def test_an_error_mid_run_keeps_the_old_dataset(tmp_path, monkeypatch, where, er
     in_tmp = []  # the new run's shards when it fails
 
     def fail():
-        in_tmp.append(len(list(tmp_path.glob("d_byte.tmp*/*.bin"))))
+        in_tmp.append(sum(len(list((tmp_path / "d_byte" / f).glob("*.bin")))
+                          for f in tmp_folders(tmp_path)))
         raise error("in the middle")
 
     class Boom(str):  # a document that fails as it is tokenized
@@ -134,19 +139,19 @@ def test_preparing_again_replaces_the_dataset(tmp_path):
     assert not same(load(out), new) and only_the_named_set(out)
 
 
-def test_a_dead_runs_tmp_folder_is_removed_by_the_next_run(tmp_path, capsys):
-    """A killed run's <name>.tmp<pid>/ (its pid dead), with or without its .old, is removed by the
-    next run; a running one's (its pid alive), with or without its .old, and other datasets are
-    left alone."""
+def test_a_dead_runs_folder_is_removed_by_the_next_run(tmp_path, capsys):
+    """A killed run's shard folder inside d_byte/ (with shards, or a stream's progress.json) and
+    stray files there are removed by the next run that completes; other datasets stay."""
     make(tmp_path, OLD_DOCS)
-    dead, alive = dead_pid(), os.getppid()
-    for leftover in (f"d_byte.tmp{dead}", f"d_byte.tmp{dead}.old", f"d_byte.tmp{alive}",
-                     f"d_byte.tmp{alive}.old", "d_byte2"):
-        (tmp_path / leftover).mkdir()
-        data.write_shard(str(tmp_path / leftover / "d_byte_train_000000.bin"), [1, 2, 3], 257)
+    for leftover in ("shards-dead1", "shards-dead2"):
+        (tmp_path / "d_byte" / leftover).mkdir()
+        data.write_shard(str(tmp_path / "d_byte" / leftover / "d_byte_train_000000.bin"),
+                         [1, 2, 3], 257)
+    (tmp_path / "d_byte" / "shards-dead2" / "progress.json").write_text("{}")
+    (tmp_path / "d2_byte").mkdir()
     make(tmp_path, NEW_DOCS)
-    assert sorted(os.listdir(tmp_path)) == ["d_byte", f"d_byte.tmp{alive}",
-                                            f"d_byte.tmp{alive}.old", "d_byte2"]
+    assert sorted(os.listdir(tmp_path)) == ["d2_byte", "d_byte"] and tmp_folders(tmp_path) == []
+    assert only_the_named_set(tmp_path / "d_byte")
     assert same(load(tmp_path / "d_byte"), load(make(tmp_path / "reference", NEW_DOCS)))
     assert capsys.readouterr() == ("", "")  # --quiet: quietly
 
@@ -186,13 +191,12 @@ def test_full_disk_is_one_line_and_keeps_the_old_dataset(tmp_path, monkeypatch, 
         monkeypatch.setattr(data, "open", opener(
             lambda p: p.endswith(".bin.tmp") and (seen.append(p) or len(seen) == 2)), raising=False)
     else:
-        monkeypatch.setattr(prepare, "open", opener(lambda p: p.endswith("meta.json")),
+        monkeypatch.setattr(data, "open", opener(lambda p: p.endswith("meta.json.tmp")),
                             raising=False)
     with pytest.raises(SystemExit) as e:  # as `python prepare.py` ends
         configurator.run_main(lambda argv: make(tmp_path, NEW_DOCS))
     message = e.value.code
-    assert message.startswith(f"error: no space left on device while writing "
-                              f"{tmp_path / 'd_byte'}: ") and "\n" not in message, message
+    assert message.startswith("error: no space left on device") and "\n" not in message, message
     assert len(hit) == 1 and not os.path.exists(hit[0])
     if first:
         assert os.listdir(tmp_path) == []
@@ -261,13 +265,12 @@ def faulty_run(root, fail_at, how, report):
 @pytest.mark.parametrize("how", ["kill", "die", "once"], ids=["killed", "dies", "fails_once"])
 def test_fault_at_every_file_operation(tmp_path, how):
     """A re-prepare killed (SIGKILL), or failing, at its k-th file operation, for every k: data.py
-    reads the old dataset byte for byte, or the new one whole (never a mix, never none: a kill
-    between the switch's two renames, the old set moved aside and the new not yet in place, is
-    the issue's case); a run that fails (and lives) leaves no tmp folder; and the next run removes
-    what a dead one left and holds the new set only."""
+    reads the old dataset byte for byte, or the new one whole (never a mix, never none); a run
+    that fails (and lives) leaves no folder of its own; and the next run removes what a dead
+    one left and holds the new set only."""
     new = load(make(tmp_path / "reference", NEW_DOCS))
     make(tmp_path / "pristine", OLD_DOCS)
-    old = files(tmp_path / "pristine" / "d_byte")
+    old = named_files(tmp_path / "pristine" / "d_byte")
     assert not same(load(tmp_path / "pristine" / "d_byte"), new)
     outcomes = []
     for k in range(200):  # fail at call 0, 1, ... until a run makes fewer than k + 1 calls
@@ -278,8 +281,8 @@ def test_fault_at_every_file_operation(tmp_path, how):
                  f"on disk: {state(root)}")
         got = root / "d_byte"
         loaded = load(got)  # as train.py reads it (a set a kill left aside is put back first)
-        outcome = ("old" if files(got) == old else
-                   "new" if same(loaded, new) and only_the_named_set(got) else "NEITHER")
+        outcome = ("old" if named_files(got) == old else
+                   "new" if same(loaded, new) else "NEITHER")  # (what a reader sees)
         outcomes.append(outcome)
         assert outcome in ("old", "new"), where
         if code == 0:  # the fault fell on nothing, or on removing the replaced set: new
@@ -294,7 +297,7 @@ def test_fault_at_every_file_operation(tmp_path, how):
         shutil.rmtree(root)
     # every operation was hit, the switch's second rename too: faults before the switch keep the
     # old set, after it the new one
-    assert any(re.fullmatch(r"replace\(d_byte\.tmp\d+\)", c) for c in calls), calls
+    assert "replace(meta.json.tmp)" in calls, calls
     assert len(calls) > 15 and outcomes.count("old") > 10 and outcomes.count("new") > 3, outcomes
 
 
@@ -317,12 +320,12 @@ def write_book(path, seed, size=200_000):
 
 
 def book_settings(root, text):
-    return [f"--input={root / text}", "--name=book", f"--out_root={root}", "--shard_size=10000",
-            "--quiet"]
+    return [f"--input={root / text}", "--dataset=book", f"--out_root={root}",
+            "--shard_size=10000", "--quiet"]
 
 
 def prepare_book(root, text):
-    cfg = configurator.load_config(prepare.SETTINGS, book_settings(root, text), "prepare.py")
+    cfg = configurator.parse_args(prepare.SETTINGS, book_settings(root, text), "")
     return prepare.prepare(cfg)
 
 
@@ -345,11 +348,12 @@ def kill_when(root, moment):
     """Starts a re-prepare of new.txt over root/book, and sends it SIGKILL at moment: a number of
     seconds, or a condition on the folders. Returns (moment reached?, exit code)."""
     proc = slow_prepare(root, "new.txt", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    t0, meta_inode = time.time(), os.stat(root / "book" / "meta.json").st_ino
+    t0, meta_inode = time.time(), os.stat(root / "book_byte" / "meta.json").st_ino
     conditions = {
-        "tmp folder made": lambda: bool(list(root.glob("book.tmp*"))),
-        "5 new shards": lambda: len(list(root.glob("book.tmp*/*.bin"))) >= 5,
-        "switched": lambda: os.stat(root / "book" / "meta.json").st_ino != meta_inode,
+        "tmp folder made": lambda: bool(tmp_folders(root, "book_byte")),
+        "5 new shards": lambda: sum(len(list((root / "book_byte" / f).glob("*.bin")))
+                                    for f in tmp_folders(root, "book_byte")) >= 5,
+        "switched": lambda: os.stat(root / "book_byte" / "meta.json").st_ino != meta_inode,
     }
     reached = False
     while proc.poll() is None and time.time() - t0 < 60:
@@ -375,28 +379,28 @@ def test_sigkill_while_re_preparing(tmp_path):
         write_book(root / "old.txt", seed=1)
         write_book(root / "new.txt", seed=2)  # what the killed runs prepare
         prepare_book(root, text)
-    old, new = files(pristine / "book"), load(reference / "book")
-    assert not same(load(pristine / "book"), new)
-    assert len(data.list_shards(str(reference / "book"), "train")) > 10
+    old, new = named_files(pristine / "book_byte"), load(reference / "book_byte")
+    assert not same(load(pristine / "book_byte"), new)
+    assert len(data.list_shards(str(reference / "book_byte"), "train")) > 10
     seen = []
     for i, moment in enumerate([0.05, 0.3, "tmp folder made", "5 new shards", "switched"]):
         root = tmp_path / f"kill{i}"
         shutil.copytree(pristine, root)
         reached, code = kill_when(root, moment)
-        got = root / "book"
+        got = root / "book_byte"
         loaded = load(got)  # as train.py reads it (a set a kill left aside is put back first)
-        what = ("old" if files(got) == old else "new" if same(loaded, new) else "NEITHER")
-        left = tmp_folders(root, "book")
+        what = ("old" if named_files(got) == old else "new" if same(loaded, new) else "NEITHER")
+        left = tmp_folders(root, "book_byte")
         seen.append(f"{moment}: {'killed' if reached else f'exit {code}'}, {what}, "
                     f"tmp {left}: {state(root)}")
         assert what != "NEITHER", seen[-1]
         prepare_book(root, "new.txt")  # the next run cleans up and completes
-        assert same(load(root / "book"), new) and only_the_named_set(root / "book"), seen[-1]
-        assert tmp_folders(root, "book") == [], seen[-1]
+        assert same(load(root / "book_byte"), new) and only_the_named_set(root / "book_byte"), seen[-1]
+        assert tmp_folders(root, "book_byte") == [], seen[-1]
         shutil.rmtree(root)
     print("\n".join(seen))
     # a kill mid-write: the old set, and the dead run's tmp folder left for the next run
-    mid_write = r"5 new shards: killed, old, tmp \['book\.tmp\d+'\]"
+    mid_write = r"5 new shards: killed, old, tmp \['shards-\w+'\]"
     assert any(re.match(mid_write, s) for s in seen), seen
 
 
@@ -406,16 +410,16 @@ def test_ctrl_c_exits_130_and_keeps_the_old_set(tmp_path):
     write_book(tmp_path / "old.txt", seed=1)
     write_book(tmp_path / "new.txt", seed=2)
     prepare_book(tmp_path, "old.txt")
-    old = files(tmp_path / "book")
+    old = files(tmp_path / "book_byte")
     proc = slow_prepare(tmp_path, "new.txt", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                         text=True)
     t0 = time.time()
-    while not list(tmp_path.glob("book.tmp*/*.bin")) and time.time() - t0 < 60:
+    while not tmp_folders(tmp_path, "book_byte") and time.time() - t0 < 60:
         time.sleep(0.001)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     if proc.returncode == 0:
         pytest.skip("prepare.py finished before the Ctrl-C arrived")
     assert (proc.returncode, out, err) == (130, "", "")
-    assert files(tmp_path / "book") == old
-    assert tmp_folders(tmp_path, "book") == []
+    assert files(tmp_path / "book_byte") == old
+    assert tmp_folders(tmp_path, "book_byte") == []
