@@ -46,16 +46,17 @@ def make_checkpoint(out_dir, value_mode="vanilla", **overrides):
 def run(out_dir, *args, out=None):
     """(stdout, stderr, result) of sample.py with these arguments, in this process (fast)."""
     out, err = out or io.StringIO(), io.StringIO()
-    cfg = configurator.load_config(sample.SETTINGS, [f"--out_dir={out_dir}", "--device=cpu",
-                                                     "--dtype=float32", *args], "sample.py")
+    cfg = configurator.parse_args(sample.SETTINGS, [f"--out_dir={out_dir}", "--device=cpu",
+                                                    "--dtype=float32", *args], "")
     result = sample.sample(cfg, out, err)
     return out.getvalue(), err.getvalue(), result
 
 
-def tiny_data(root, documents, name="tiny_byte", **settings):
+def tiny_data(root, documents, name="tiny", **settings):
     """A prepared dataset from these texts (prepare.prepare, quiet), its folder."""
-    return prepare.prepare(configurator.defaults(prepare.SETTINGS, name=name, out_root=str(root),
-                                                 quiet=True, **settings), documents=documents)
+    return prepare.prepare(configurator.defaults(prepare.SETTINGS, dataset=name,
+                                                 out_root=str(root), quiet=True, **settings),
+                           documents=documents)
 
 
 def tiny_train(data_dir, out_dir, **settings):
@@ -80,7 +81,7 @@ def trained(tmp_path_factory):
 
 
 def test_trained_checkpoint_streams_repeatable_samples(trained):
-    args = ["--num_samples=3", "--max_new_tokens=20", "--temperature=1.0", "--top_k=None"]
+    args = ["--num_samples=3", "--max_new_tokens=20", "--temperature=1.0", "--top_k=0"]
     out1, err1, r1 = run(trained, "--seed=7", *args)
     out2, _, r2 = run(trained, "--seed=7", *args)
     _, _, r3 = run(trained, "--seed=8", *args)
@@ -96,7 +97,7 @@ def test_trained_checkpoint_streams_repeatable_samples(trained):
     evals = [json.loads(line) for line in open(os.path.join(trained, "log.jsonl"))]
     assert ckpt["val_loss"] == [r for r in evals if r["kind"] == "eval"][-1]["val_loss"]
     assert err1.startswith(f"loaded {trained}/ckpt.pt: resformer, step 2, "
-                           f"val loss {ckpt['val_loss']:.4f} there (fixed-window)\n")
+                           f"val loss {ckpt['val_loss']:.4f} there\n")
 
 
 @pytest.mark.parametrize("value_mode", VALUE_MODES)
@@ -236,15 +237,10 @@ def test_out_dir_naming_the_checkpoint_says_to_name_its_folder(tmp_path):
         with pytest.raises(configurator.ConfigError) as e:
             run(os.path.join(out_dir, named))
         assert str(e.value) == f"--out_dir is the run's folder: use --out_dir={out_dir}"
-    notes = tmp_path / "notes.txt"
-    notes.write_text("not a run")
-    with pytest.raises(configurator.ConfigError) as e:
-        run(notes)
-    assert str(e.value) == f"--out_dir={notes} is a file: name a run's folder (with ckpt.pt)"
     done = subprocess.run([sys.executable, "sample.py", "--out_dir=README.md"], cwd=HERE,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and done.stderr == (
-        "error: --out_dir=README.md is a file: name a run's folder (with ckpt.pt)\n")
+        "error: --out_dir is the run's folder: use --out_dir=.\n")
 
 
 def test_command_line_error_is_one_line(tmp_path):
@@ -254,13 +250,9 @@ def test_command_line_error_is_one_line(tmp_path):
     assert done.stderr.startswith("error: no checkpoint at") and done.stderr.count("\n") == 1
 
 
-# ---- the real-words share, and the README's notebook snippet ----
+# ---- the real-words share (lab/real_words.py), and the README's notebook snippet ----
 
-REAL_WORDS = re.compile(r"real words: ([\d.]+)% of the ([\d,]+) sampled words occur in the "
-                        r"training text of (.+) \(([\d.]+)% of the distinct ones\)\n")
-
-
-def reference_share(data_dir, tokenizer, samples):
+def reference_share(data_dir, tokenizer, text):
     """The measure as README defines it, written out again: ASCII-letter words, lowercased,
     looked up among the words of the decoded train split (end-of-text left out); (share, words,
     share among the distinct words)."""
@@ -269,46 +261,36 @@ def reference_share(data_dir, tokenizer, samples):
     train_ids = [t for p in data.list_shards(data_dir, "train")
                  for t in data.read_shard(p, meta["vocab_size"]).tolist() if t != tokenizer.eot]
     vocabulary = set(words(tokenizer.decode(train_ids)))
-    sampled = words("\n".join(tokenizer.decode([t for t in s if t != tokenizer.eot])
-                              for s in samples))
+    sampled = words(text)
     share = lambda ws: sum(w in vocabulary for w in ws) / len(ws)
     return share(sampled), len(sampled), share(set(sampled))
 
 
-def check_real_words(err, result, data_dir, tokenizer):
-    found = REAL_WORDS.search(err)
-    assert found, err
-    share, n, distinct = reference_share(data_dir, tokenizer, result["tokens"])
-    assert found.group(3) == data_dir and int(found.group(2).replace(",", "")) == n > 0
-    assert float(found.group(1)) == pytest.approx(100 * share, abs=0.05)
-    assert float(found.group(4)) == pytest.approx(100 * distinct, abs=0.05)
-    assert result["real_words"] == pytest.approx(share)
-
-
-def test_sample_reports_the_share_of_real_words(trained):
-    _, err, result = run(trained, "--num_samples=3", "--max_new_tokens=60", "--seed=3")
+def test_real_words_of_samples_and_of_a_known_text(trained, tmp_path, capsys):
+    """The share of sampled words found in the training text, from sample.py's output (a file
+    or stdin): as the measure's definition gives it; case does not matter, repetition counts in
+    the share of words, not in that of distinct words."""
+    from lab.real_words import main, real_words
+    out, _, _ = run(trained, "--num_samples=3", "--max_new_tokens=60", "--seed=3")
     data_dir = data.load_checkpoint(os.path.join(trained, "ckpt.pt"))["config"]["dataset"]
-    check_real_words(err, result, data_dir, data.get_tokenizer("byte"))
-
-
-def test_real_words_of_a_known_text(trained, monkeypatch):
-    """Words of the training text count, others do not; case does not matter; repetition
-    counts on the share of words, not on the share of distinct words."""
-    ids = list(b"Romeo, ROMEO! zzyzx window; window qqq.")
-    fake_generation(monkeypatch, ids)
-    _, err, result = run(trained, "--start=x", "--num_samples=1", f"--max_new_tokens={len(ids)}")
-    assert result["real_words"] == pytest.approx(4 / 6)
-    assert "real words: 66.7% of the 6 sampled words" in err and "(50.0% of the distinct" in err
+    (shares, n), byte = real_words(data_dir, data.get_tokenizer("byte"), out), \
+        data.get_tokenizer("byte")
+    share, words, distinct = reference_share(data_dir, byte, out)
+    assert n == words > 0 and shares == pytest.approx((share, distinct))
+    (tmp_path / "samples.txt").write_text(out)
+    main([trained, str(tmp_path / "samples.txt")])
+    assert capsys.readouterr().out == (f"real words: {share:.1%} of the {words:,} sampled words "
+                                       f"occur in the training text of {data_dir} "
+                                       f"({distinct:.1%} of the distinct ones)\n")
+    assert real_words(data_dir, byte, "Romeo, ROMEO! zzyzx window; window qqq.")[0] == \
+        pytest.approx((4 / 6, 2 / 4))
 
 
 def test_real_words_read_at_most_10M_tokens_of_the_training_text(tmp_path, monkeypatch):
     """However many train shards a dataset has (FineWeb's: 100M tokens each), the words are
     looked up among its first 10M tokens, not 10M of every shard."""
-    out_dir = make_checkpoint(tmp_path / "out")
+    from lab.real_words import real_words
     data_dir = tiny_data(tmp_path, ["Some words to train on.\n" * 40])
-    ckpt = torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=False)
-    ckpt["config"]["dataset"] = data_dir
-    torch.save(ckpt, os.path.join(out_dir, "ckpt.pt"))
     big = np.tile(np.array(list(b"a "), dtype=np.uint16), 3_000_000)  # 3 shards of 6M tokens
     monkeypatch.setattr(data, "list_shards", lambda d, split: ["s0", "s1", "s2"])
     monkeypatch.setattr(data, "read_shard", lambda path, vocab_size=None: big)
@@ -316,71 +298,48 @@ def test_real_words_read_at_most_10M_tokens_of_the_training_text(tmp_path, monke
     real_decode = data.ByteTokenizer.decode
     monkeypatch.setattr(data.ByteTokenizer, "decode",
                         lambda self, ids: decoded.append(len(ids)) or real_decode(self, ids))
-    fake_generation(monkeypatch, list(b"a b"))
-    _, _, result = run(out_dir, "--num_samples=1", "--max_new_tokens=3")
-    assert result["real_words"] == 0.5  # "a" is in the text, "b" is not
+    assert real_words(data_dir, data.get_tokenizer("byte"), "a b")[0] == (0.5, 0.5)
     assert sum(n for n in decoded if n > 1000) == 10_000_000
 
 
-def test_real_words_are_not_counted_without_the_training_text_or_in_other_tokens(trained,
-                                                                                 tmp_path):
-    """Replaces the old "data changed" and "tokenizer changed" notes: a checkpoint whose data
-    folder is gone, or now holds another tokenizer's shards, still samples (decoded with the
-    checkpoint's tokenizer), and real words are not counted."""
-    out, err, result = run(make_checkpoint(tmp_path / "gone"), "--start=ROMEO",
-                           "--num_samples=1", "--max_new_tokens=5")
-    assert out.startswith("ROMEO") and result["real_words"] is None
-    assert err.endswith(f"\nreal words: not counted: the training text ({tmp_path}/gone/no-data) "
-                        f"is not here\n"), err  # said, not silently left out
+def test_real_words_are_not_counted_without_the_training_text_or_in_other_tokens(tmp_path):
+    """A dataset folder that is gone, or now holds another tokenizer's shards, or a sample with
+    no word: not counted, and said why."""
+    from lab.real_words import real_words
+    byte = data.get_tokenizer("byte")
+    assert real_words(str(tmp_path / "gone"), byte, "ROMEO") == (
+        None, f"the training text ({tmp_path / 'gone'}) is not here")
     data_dir = tiny_data(tmp_path, ["ROMEO: But soft, what light?\n" * 20])
     meta_path = os.path.join(data_dir, "meta.json")
-    meta = json.load(open(meta_path))
-    json.dump({**meta, "tokenizer": "gpt2"}, open(meta_path, "w"))  # as if prepared in GPT-2
-    out_dir = make_checkpoint(tmp_path / "other")
-    ckpt = torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=False)
-    ckpt["config"]["dataset"] = data_dir
-    torch.save(ckpt, os.path.join(out_dir, "ckpt.pt"))
-    out, err, result = run(out_dir, "--start=ROMEO", "--num_samples=1", "--max_new_tokens=5")
-    assert out.startswith("ROMEO") and result["real_words"] is None
-    assert err.endswith(f"\nreal words: not counted: {data_dir} now holds gpt2 tokens, not the "
-                        f"model's byte tokens\n"), err
+    json.dump({**json.load(open(meta_path)), "tokenizer": "gpt2"}, open(meta_path, "w"))
+    assert real_words(data_dir, byte, "ROMEO") == (
+        None, f"{data_dir} now holds gpt2 tokens, not the model's byte tokens")
+    json.dump({**json.load(open(meta_path)), "tokenizer": "byte"}, open(meta_path, "w"))
+    assert real_words(data_dir, byte, "12, 34!") == (None, "no word (letters a-z) was sampled")
 
 
-def test_greedy_decoding_draws_one_sample_and_says_why_real_words_are_not_counted(trained,
-                                                                                  monkeypatch):
-    """`--start=FILE:README.md --temperature=0` printed 10 identical samples and no real-words
-    line: temperature 0 is greedy, so one sample is drawn (said once); and whenever the
-    real-words line is not printed, a line says why (here: no word was sampled)."""
+def test_greedy_decoding_draws_one_sample(trained):
+    """`--start=FILE:README.md --temperature=0` printed 10 identical samples: temperature 0 is
+    greedy, so one sample is drawn (said once)."""
     readme = os.path.join(HERE, "README.md")
     out, err, result = run(trained, f"--start=FILE:{readme}", "--temperature=0",
                            "--max_new_tokens=30")
     assert len(result["tokens"]) == 1 and out.count(SEPARATOR) == 1
     assert err.count("temperature 0 is greedy decoding: the 10 samples would all be the same, "
                      "so one is drawn\n") == 1
-    assert len([line for line in err.splitlines() if line.startswith("real words: ")]) == 1
     _, err, result = run(trained, "--start=x", "--temperature=0", "--num_samples=1",
                          "--max_new_tokens=5")
     assert "greedy" not in err and len(result["tokens"]) == 1  # one asked for: nothing to say
-    fake_generation(monkeypatch, list(b"12, 34!\n"))
-    _, err, result = run(trained, "--num_samples=2", "--max_new_tokens=8")
-    assert result["real_words"] is None and len(result["tokens"]) == 2  # sampling: as asked
-    assert err.endswith("\nreal words: not counted: no word (letters a-z) was sampled\n"), err
 
 
 def test_real_words_with_gpt2_tokens(tmp_path, gpt2):
+    from lab.real_words import real_words
     text = "But soft, what light through yonder window breaks? It is the east.\n"
     data_dir = tiny_data(tmp_path, [text * 30, text.upper() * 30] * 5, name="g",
                          tokenizer="gpt2")
-    assert data.load_meta(data_dir)["tokenizer"] == "gpt2"
-    out_dir = make_checkpoint(tmp_path / "out", vocab_size=50304)
-    ckpt = torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=False)
-    ckpt["tokenizer"] = {"tokenizer": "gpt2", "vocab_size": 50257, "eot": 50256}
-    ckpt["config"]["dataset"] = data_dir
-    ckpt["data"] = data.data_identity(data_dir)
-    torch.save(ckpt, os.path.join(out_dir, "ckpt.pt"))
-    out, err, result = run(out_dir, "--num_samples=2", "--max_new_tokens=30", "--start=But soft")
-    assert out.startswith("But soft")
-    check_real_words(err, result, data_dir, gpt2)
+    sampled = "But soft, yonder zebra breaks"
+    share, words, distinct = reference_share(data_dir, gpt2, sampled)
+    assert real_words(data_dir, gpt2, sampled) == ((share, distinct), words) and share == 0.8
 
 
 def readme_snippet():
@@ -428,8 +387,7 @@ def test_sampling_reads_the_device_16_tokens_at_a_time_and_says_when_it_recomput
     _, err, result = run(out_dir, "--start=ab", "--num_samples=1", "--max_new_tokens=40")
     assert len(result["tokens"][0]) == 40
     assert [n for n in reads if n > 1][:3] == [16, 16, 8]  # the stream's copies
-    assert "past 16 tokens (block_size: the learned positions end there) every new token " \
-           "recomputes the last 16" in err
+    assert "past block_size (16 tokens) every new token recomputes the last 16" in err
     _, err, _ = run(out_dir, "--start=ab", "--num_samples=1", "--max_new_tokens=10")
     assert "recomputes" not in err
     # 2 + 15 tokens: the last one is sampled from 16 and never fed back, so nothing is recomputed
