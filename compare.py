@@ -4,8 +4,8 @@ with the same seeds (the same batches, vanilla's initial values for every tensor
 and per variant the difference to vanilla on each seed, its mean, a 95% t interval, the sign
 count and what it rules out.
 
-    # config/compare.py: vanilla, ResFormer, the lambda = 2 mix and SVFormer, each at its own
-    # best peak lr (the preset's lrs, found by --tune), on the preset's seeds
+    # config/compare.py: vanilla, the lambda = 2 mix and SVFormer at 250 steps on 8 seeds, each
+    # at its own best peak lr (the preset's lrs, found by --tune)
     python compare.py
     # a class's demo (3-5 min on 2 cores): 250 steps, one seed, with what 20 other seeds did
     # (the preset's calibration) beside each difference
@@ -40,16 +40,18 @@ import data
 from configurator import ConfigError, parse_args, plural, run_main, setup_device
 from lab import plots, tables
 from lab.analysis import FLOOR, bands, bracketed
-from lab.grid import (best_lrs, build_grid, calibrated, own_lrs, parse_list, parse_modes,
-                      parse_seeds, per_mode, search_lrs, tune_plan, tuned_grid, with_floor)
+from lab.grid import (best_lrs, build_grid, calibrated, calibration_folders, own_lrs, parse_list,
+                      parse_modes, parse_seeds, per_mode, search_lrs, tune_plan, tuned_grid,
+                      with_floor)
 from lab.probe import Probes
 from lab.runs import hardware, plan_line, run_grid
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, given
 
 COMPARE_SETTINGS = dict(
-    modes=("vanilla,resformer,resformer:lambda_1=2:lambda_2=1,svformer",
+    modes=("vanilla,resformer:lambda_1=2:lambda_2=1,svformer",
            "variants to train: a value mode of model.py, then _learnable, _kvN, :key=value"),
-    seeds=("1337,1338,1339", "the seeds to train, a list (7 is seed 7; 1,2,3 three seeds)"),
+    seeds=("1337,1338,1339,1340,1341,1342,1343,1344",
+           "the seeds to train, a list (7 is seed 7; 1,2,3 three seeds)"),
     jobs=(0, "runs side by side (0 = the CPU cores / threads; on GPUs, one per GPU; on MPS 1); "
              "on GPUs the runs are spread over them", (0, None)),
     plan=(False, "print each run's shell command (from this folder) and train nothing: run them "
@@ -117,8 +119,7 @@ def main(argv):
             raise data.DataError("python prepare.py failed (see above); run it to see why")
     unit = "byte" if data.load_meta(data_dir)["tokenizer"] == "byte" else "token"  # the loss's
     data.list_shards(data_dir, "train")  # the data's problems in one line now, not once per run
-    today = Probes(root)  # what today's code computes, per run setting
-    today.force = cfg["reuse_other_code"]
+    today = Probes(root, cfg["reuse_other_code"])  # what today's code computes, per setting
     drawing = not cfg["plan"] and plots.pyplot(quiet=True)
     if not drawing and not cfg["plan"]:  # without matplotlib, said now: a search takes hours
         print("pictures: matplotlib is not installed (pip install matplotlib): results.md only",
@@ -150,10 +151,8 @@ def main(argv):
             if line := plan_line(run, cfg["threads"], today(run)):
                 print(line)
         return 0
-    floors = sum(1 for (name, _, _), _ in unique.values() if name == FLOOR)
     spread = f" over {plural(gpus, 'GPU')}" if gpus else ""
-    print(f"{plural(len(unique), 'run')} ({plural(len(modes), 'variant')} x "
-          f"{plural(len(seeds), 'seed')}{', the noise floor' if floors else ''}), {jobs} at a "
+    print(f"{plural(len(unique), 'run')} ({shape(unique, modes, seeds, cfg)}), {jobs} at a "
           f"time{spread}, {plural(cfg['threads'], 'thread')} each, in {root}", flush=True)
     calibration = calibrated(cfg, modes, seeds, today) if cfg["calibration"] else None
     live = lambda: plots.live_loss(root, grid, cfg["escape_loss"], unit=unit,  # noqa: E731
@@ -222,11 +221,20 @@ def checked(cfg):
     if cfg["noise_floor"] > len(seeds):
         raise ConfigError(f"--noise_floor={cfg['noise_floor']}: the floor is trained on that many "
                           f"of the seeds, and --seeds names {len(seeds)}")
-    for folder in parse_list(cfg["calibration"]):  # a folder named is never ignored silently
-        if not os.path.isfile(os.path.join(folder, "results.json")):
-            raise ConfigError(f"--calibration={folder}: no comparison there (no results.json): "
-                              f"name the out_dir of a compare.py run of this setting")
+    calibration_folders(cfg)  # a folder named is never ignored silently
     return modes, seeds, gaps
+
+
+def shape(unique, modes, seeds, cfg):
+    """'3 variants x 1 seed, and vanilla nudged on 1 seed: the noise floor': what is trained."""
+    floors = sum(1 for (name, _, _), _ in unique.values() if name == FLOOR)
+    fair = len(modes) * len(seeds)
+    return (f"{plural(len(modes), 'variant')} x {plural(len(seeds), 'seed')}"
+            + (" at their own best lr" if cfg["tune"] else "")
+            + (f", and {len(unique) - fair - floors} at vanilla's best lr: the paper's protocol"
+               if len(unique) > fair + floors else "")
+            + (f", and vanilla nudged on {plural(floors, 'seed')}: the noise floor"
+               if floors else ""))
 
 
 def failures(failed, total=None):

@@ -29,10 +29,14 @@ def t975(df):
 
 
 def paired_stats(differences):
-    """Mean of per-seed differences (variant - vanilla), 95% t interval (n-1 df), wins (< 0)."""
+    """Mean of per-seed differences (variant - vanilla), 95% t interval (n-1 df), wins (< 0),
+    and the sign test: how often chance alone (each seed a coin toss: variant or vanilla lower)
+    gives at least these many seeds lower (p_lower), or higher (p_higher)."""
     d = np.asarray(differences, dtype=float)
     n = len(d)
     out = {"n": n, "differences": d.tolist(), "mean": float(d.mean()), "wins": int((d < 0).sum())}
+    tail = lambda k: sum(math.comb(n, j) for j in range(k, n + 1)) / 2 ** n  # noqa: E731
+    out.update(p_lower=tail(out["wins"]), p_higher=tail(int((d > 0).sum())))
     if n >= 2:
         half = t975(n - 1) * d.std(ddof=1) / math.sqrt(n)
         out["interval"] = [out["mean"] - half, out["mean"] + half]
@@ -99,19 +103,31 @@ def held_on_every_seed(r, base):
 
 
 def verdict(stats, floor=None):
-    """One computed sentence: beyond noise only when the 95% interval excludes 0 and the mean
-    is larger than what rounding alone did (floor)."""
+    """One computed sentence. Beyond noise only when the mean is larger than what rounding alone
+    did (floor) and either the 95% t interval excludes 0 or the sign test does (at most 1 in 20
+    by chance alone, e.g. lower on 7 or more of 8 seeds): the sign of each seed's difference
+    holds when a skewed spread (a seed where vanilla stalls) makes the t interval wide, and
+    when another CPU's rounding moves one seed's difference."""
     within = floor is not None and abs(stats["mean"]) <= floor
     if stats["interval"] is None:
         return "one seed: no interval" + (", within the rounding floor" if within else "")
     if within:
         return f"within the rounding floor (±{floor:.4f}): not a result"
     lo, hi = stats["interval"]
-    if hi < 0:
-        return "below vanilla, beyond noise (the 95% interval excludes 0)"
-    if lo > 0:
-        return "above vanilla, beyond noise (the 95% interval excludes 0)"
+    if hi < 0 or stats["p_lower"] <= 0.05:
+        return f"below vanilla, beyond noise ({beyond(stats, hi < 0, 'lower')})"
+    if lo > 0 or stats["p_higher"] <= 0.05:
+        return f"above vanilla, beyond noise ({beyond(stats, lo > 0, 'higher')})"
     return "not distinguishable from vanilla (the 95% interval includes 0)"
+
+
+def beyond(stats, by_interval, side):
+    """What says a difference is beyond noise: the interval, the sign test, or both."""
+    k = stats["wins"] if side == "lower" else stats["n"] - stats["wins"]
+    p = stats["p_lower"] if side == "lower" else stats["p_higher"]
+    sign = f"{side} on {k} of {stats['n']} seeds: chance alone, 1 in {1 / p:.0f}"
+    return ("the 95% interval excludes 0; " + sign) if by_interval and p <= 0.05 else (
+        "the 95% interval excludes 0" if by_interval else sign)
 
 
 def crossing(tokens, losses, target):

@@ -15,7 +15,7 @@ from train import SETTINGS as TRAIN_SETTINGS
 
 from . import probe as probes
 from .analysis import FLOOR, bracketed, crossing, escape, next_lr, paired_stats, round_lr
-from .runs import LAB_SETTINGS, final_loss, finished, run_grid
+from .runs import LAB_SETTINGS, ROOT, final_loss, finished, run_grid
 
 # a variant's name: a value mode of model.py, then optional _learnable and _kvN shorthands
 MODE_RE = re.compile(r"^(\w+?)(_learnable)?(?:_kv(\d+))?$")
@@ -279,6 +279,20 @@ def per_mode(summaries, names, seeds, point, escape_loss=0.0, gap_steps=()):
     return results
 
 
+def calibration_folders(cfg):
+    """--calibration's folders: each as given, or (a preset's, run from elsewhere) in the project.
+    A folder named that is not there is an error, never ignored."""
+    folders = []
+    for folder in parse_list(cfg["calibration"]):
+        found = next((f for f in (folder, os.path.join(ROOT, folder))
+                      if os.path.isfile(os.path.join(f, "results.json"))), None)
+        if found is None:
+            raise ConfigError(f"--calibration={folder}: no comparison there (no results.json): "
+                              f"name the out_dir of a compare.py run of this setting")
+        folders.append(found)
+    return folders
+
+
 def calibrated(cfg, modes, seeds, today):
     """What --calibration's folders (comparisons of their own, each with its results.json) say
     of this setting on other seeds: for each variant whose runs there are finished with exactly
@@ -287,7 +301,7 @@ def calibrated(cfg, modes, seeds, today):
     variant whose runs differ, are missing, or were trained by other code gets none: said on
     stdout and in results.md."""
     runs, unused, other, commands = {}, {}, [], []
-    for folder in parse_list(cfg["calibration"]):
+    for folder in calibration_folders(cfg):
         with open(os.path.join(folder, "results.json")) as f:
             info = json.load(f)["info"]
         theirs = [s for s in info["seeds"] if s not in seeds and s not in other]

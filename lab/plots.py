@@ -264,10 +264,19 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
                 gaps += [spread[1 if low_off else 0], spread[-2 if high_off else -1]]
                 off = ([f"the lowest runs below the axis, {spread[0].min():.2f} at worst"] * low_off
                        + [f"the highest above it, {spread[-1].max():+.2f} at worst"] * high_off)
+                n_other = len(other["final"])
                 bottom.plot([], [], color=colors[name], lw=1.2, ls="--",
-                            label=f"{label(name)}: lowest and highest of {len(other['final'])} "
-                            "other seeds" + "".join("; " + o for o in off))
-                calibrated = len(other["final"])
+                            label=f"{label(name)}: lowest and highest of {n_other} other seeds "
+                            f"(a min-max range: holds another seed about "
+                            f"{(n_other - 1) / (n_other + 1):.0%} of the time)"
+                            + "".join("; " + o for o in off))
+                (lo, hi), own = r.get("band", (None, None)), r.get("paired", {}).get("mean")
+                if own is not None and lo is not None and not lo <= own <= hi:
+                    bottom.plot([steps[keep][-1]], [gap[-1]], marker="X", ms=14, ls="none",
+                                color=colors[name], zorder=4, label=f"{label(name)}: this seed "
+                                f"ends outside the other {n_other} seeds' range (whole split): "
+                                f"one seed is one draw")
+                calibrated = n_other
             if len(per_seed) > 1:  # the spread: each seed's own difference, thin
                 several = True
                 for seed_gap in per_seed:

@@ -47,8 +47,8 @@ def read_log(run_dir):
     path = os.path.join(run_dir, "log.jsonl")
     if not os.path.isfile(path):
         return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    with open(path) as f:  # (a line without its newline: a log being written by other code)
+        return [json.loads(line) for line in f if line.strip() and line.endswith("\n")]
 
 
 def last_step(run_dir):
@@ -67,7 +67,7 @@ def progress(todo, running, timing, jobs, so_far=None):
     times = [so_far] if so_far else []
     seconds, steps_done, now = timing["seconds"], timing["steps"], time.time()
     for key, cfg, _, _ in running:
-        start_time, start_step = timing["started"].get(key, (now, seen[cfg["out_dir"]][0]))
+        start_time, start_step = timing.get("started", {}).get(key, (now, seen[cfg["out_dir"]][0]))
         if seen[cfg["out_dir"]][0] > start_step:  # (one that has logged no step says nothing)
             seconds += now - start_time
             steps_done += seen[cfg["out_dir"]][0] - start_step
@@ -88,11 +88,13 @@ def progress(todo, running, timing, jobs, so_far=None):
 
 
 def settings_only(cfg):
-    """What makes two runs the same: their settings (without learned lambdas, their learning
-    rate changes nothing). A setting gained after a run was recorded counts at its default."""
+    """What makes two runs the same: their settings, not the folder they are in (and without
+    learned lambdas, their learning rate changes nothing). A setting gained after a run was
+    recorded counts at its default."""
     cfg = {**{k: spec[0] for k, spec in TRAIN_SETTINGS.items() if k not in ACTIONS},
            "nudge": 0, **cfg}
-    return {k: v for k, v in cfg.items() if cfg.get("learnable_lambda") or k != "lambda_lr_scale"}
+    return {k: v for k, v in cfg.items() if k != "out_dir" and (
+        cfg.get("learnable_lambda") or k != "lambda_lr_scale")}
 
 
 def same_run(cfg, run_dir, theirs):
@@ -134,8 +136,8 @@ def command(cfg, run_dir):
     """(the command for one run, whether it resumes): a stopped run of these settings goes on
     from its checkpoint; one of other settings is refused."""
     program = ["-m", "lab.nudged", f"--nudge={cfg['nudge']}"] if cfg.get("nudge") else [TRAIN_PY]
-    args = [sys.executable, *program] + [f"--{k}={v}" for k, v in settings_only(cfg).items()
-                                         if k in TRAIN_SETTINGS]
+    args = [sys.executable, *program, f"--out_dir={cfg['out_dir']}"] + [
+        f"--{k}={v}" for k, v in settings_only(cfg).items() if k in TRAIN_SETTINGS]
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
     if os.path.isfile(ckpt_path) and same_run(
             {k: v for k, v in cfg.items() if k != "nudge"}, run_dir,
@@ -265,7 +267,8 @@ def why_failed(out_path, start=0):
         for i in range(first, len(lines)):
             frame = re.match(r'  File "(.+)", line \d+, in ', lines[i])
             if frame:  # ours: in the project, not in a virtual environment inside it
-                ours = (os.path.abspath(frame.group(1)).startswith(ROOT + os.sep) and not
+                project = os.path.dirname(TRAIN_PY) + os.sep  # (a copy of the project: its own)
+                ours = (os.path.abspath(frame.group(1)).startswith(project) and not
                         {"site-packages", "dist-packages"} & set(frame.group(1).split(os.sep)))
                 frames.append((i, ours))
             elif lines[i][:1].strip():  # the first line not indented: the error itself
@@ -313,13 +316,14 @@ def reusable(grid, threads, samples, today, force=False):
     return summaries, todo
 
 
-def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0):
+def run_grid(grid, jobs, threads, samples, today=None, on_progress=None, gpus=0):
     """Train every (key, cfg) not finished yet, `jobs` at a time, each on `threads` CPU threads
     (a fixed count: the numbers then do not depend on jobs), and with gpus, each on one GPU
     (CUDA_VISIBLE_DEVICES), the one running the fewest; returns (summaries by key, interrupted,
-    failed). today: the probe of today's code for a run's settings. on_progress() is called every
-    30 s (compare's live picture)."""
-    summaries, todo = reusable(grid, threads, samples, today, getattr(today, "force", False))
+    failed). today: the probe of today's code for a run's settings (by default, kept beside the
+    runs). on_progress() is called every 30 s (compare's live picture)."""
+    today = today or probes.Probes(os.path.dirname(grid[0][1]["out_dir"]) if grid else ".")
+    summaries, todo = reusable(grid, threads, samples, today, today.force)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads),
            "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     running, t_start, interrupted, failed, gpu_of = [], time.time(), False, [], {}

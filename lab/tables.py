@@ -43,46 +43,54 @@ def headline(results, info):
                   f"{'up to ' if floor_runs > 1 else ''}{floor:.4f} "
                   f"({'over ' + plural(floor_runs, 'seed') if floor_runs > 1 else 'one draw'}): "
                   f"a mean difference smaller than that is no result, whatever its interval.")
-    groups = {"lower than vanilla beyond noise": [], "higher than vanilla beyond noise": [],
-              "within the rounding floor": [], "not distinguishable from vanilla": []}
+    groups = {}
     for name, r in compared.items():
-        p = r["paired"]
-        key = ("within the rounding floor" if floor is not None and abs(p["mean"]) <= floor else
-               "lower than vanilla beyond noise" if p["interval"][1] < 0 else
-               "higher than vanilla beyond noise" if p["interval"][0] > 0 else
+        p, said = r["paired"], verdict(r["paired"], floor)
+        key = ("lower than vanilla beyond noise" if said.startswith("below") else
+               "higher than vanilla beyond noise" if said.startswith("above") else
+               "within the rounding floor" if said.startswith("within") else
                "not distinguishable from vanilla")
-        groups[key].append(f"{name} ({p['mean']:+.3f} {fmt_interval(p)}, lower on "
-                           f"{p['wins']} of {p['n']})")
+        groups.setdefault(key, []).append(
+            f"{name} ({p['mean']:+.3f} {fmt_interval(p)}, lower on {p['wins']} of {p['n']}"
+            + (f"; by chance alone 1 in {1 / p['p_lower']:.0f}" if p["wins"] * 2 > p["n"] else "")
+            + ")")
     said = [", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1]
             + (" is " if len(names) == 1 else " are ") + what
             for what, names in groups.items() if names]
     n = len(next(iter(compared.values()))["paired"]["differences"])
-    return (f"**Verdict on {plural(n, 'seed')} (final val loss, nats per {unit}, variant - "
-            f"vanilla per seed, 95% interval): " + "; ".join(said) + "." + said_floor + "**")
+    return (f"**Verdict on {plural(n, 'seed')} at {info.get('steps', '?')} steps (final val "
+            f"loss, nats per {unit}, variant - vanilla per seed, 95% interval; beyond noise: the "
+            f"interval excludes 0, or the sign test does, and the mean exceeds the rounding "
+            f"floor): " + "; ".join(said) + "." + said_floor + "**")
 
 
 def one_seed_verdict(results, compared, info, floor, unit):
-    """One seed: each difference with where it fell on other seeds (the calibration), what held
-    on every seed, and what rounding alone did, as one draw of it; no claim beyond those."""
+    """One seed: each difference with where it fell on other seeds (the calibration: inside
+    their range or not), what held on every seed, and what rounding alone did, as what another
+    CPU does; no claim beyond those."""
     cal = info.get("calibration") or {}
     n_cal = len(cal.get("seeds") or [])
     lines = [f"**Verdict: one seed ({info['seeds'][0]}), so each difference is one draw.** "
              f"Final val loss - vanilla's (nats per {unit})" + (
                  f", and where the same difference fell on {n_cal} other seeds ({cal['folder']}, "
-                 f"lowest to highest; another seed's lands inside such a range about "
+                 f"their lowest to highest: another seed lands inside such a range about "
                  f"{(n_cal - 1) / (n_cal + 1):.0%} of the time):\n" if n_cal else ":\n")]
     held, unsettled = [], []
     for name, r in compared.items():
         d = r["paired"]["mean"]
         if r.get("band_source") == "seeds":
             lo, hi = r["band"]
-            lines.append(f"- {name}: {d:+.3f}; on the other seeds {lo:+.3f} to {hi:+.3f}")
+            lines.append(f"- {name}: {d:+.3f}; on the other seeds {lo:+.3f} to {hi:+.3f}" + (
+                "" if lo <= d <= hi else f": **this seed's difference is outside the other "
+                f"{n_cal} seeds' range: one seed is one draw**"))
             shown = held_on_every_seed(r, results["vanilla"])
             held += [f"{name}: " + " and ".join(shown)] if shown else []
             unsettled += [name] if lo <= 0 <= hi else []
         else:
             lines.append(f"- {name}: {d:+.3f}; no other seeds of this setting to show beside it"
                          f" (another seed can move it much further than rounding does)")
+    for name, why in (cal.get("unused") or {}).items():
+        lines.append(f"- the calibration has none for {name}: {why}")
     base = results["vanilla"]["kv_cache_bytes_per_token"]
     cache = [f"{name}'s KV cache: {r['kv_cache_bytes_per_token']:,} bytes per token against "
              f"vanilla's {base:,} ({Fraction(r['kv_cache_bytes_per_token'], base)}, exact)"
@@ -92,6 +100,9 @@ def one_seed_verdict(results, compared, info, floor, unit):
                      f"steps: " + ("; ".join(held) or "nothing about the loss") + "." + (
                          f" The final loss of {', '.join(unsettled)} is not settled at this "
                          f"length: lower on some seeds, higher on others." if unsettled else ""))
+        lines.append(f"\nThe calibration's runs trained on {', '.join(cal.get('machines') or [])}; "
+                     f"this seed on {info['hardware']}. Another kind of CPU rounds otherwise: "
+                     f"its digits differ, by about what rounding alone does (below).")
     if cache:
         lines.append("\nWhat holds on any seed: " + "; ".join(cache) + ".")
     if floor is not None:
@@ -160,7 +171,10 @@ def write_tables(root, results, paper, info, search=None):
     md = ["# Value residual comparison\n"] + ([headline(results, info), ""] if paired else []) + [
           f"`{info['command']}` — {info['hardware']}, {plural(info['jobs'], 'run')} side "
           f"by side, {plural(info.get('threads', 1), 'thread')} each, "
-          f"{info['wall_min']:.1f} min{reused}{trained_on(info)}\n", lr_said(info, search),
+          f"{info['wall_min']:.1f} min{reused}{trained_on(info)}\n" + (
+              "\n**Runs of other code were reused (--reuse_other_code): their probe differs from "
+              "today's code's, so these numbers may not be what today's code computes.**\n"
+              if info.get("other_code") else ""), lr_said(info, search),
           f"Final val loss = the whole validation split, every token once. Seeds {info['seeds']}: "
           "same seed = the same batches in every mode" + (", and the same initial values for "
           "every tensor a mode shares with vanilla." if paired else ".") +
@@ -175,6 +189,7 @@ def write_tables(root, results, paper, info, search=None):
                  [", ".join(f"{d:+.4f}" for d in p["differences"]), f"{p['mean']:+.4f}",
                   fmt_interval(p), f"{p['wins']} of {p['n']}",
                   "the noise floor: rounding alone" if name == FLOOR
+                  else one_seed_cell(r) if r.get("band_source") == "seeds" and p["n"] == 1
                   else verdict(p, noise_floor(results))])
         shown = f"{name} ({r['note']})" if r.get("note") else name
         md.append(f"| {shown} | {r['num_params'] / 1e6:.3f}M | {r['total_tokens'] / 1e6:.2f}M | "
@@ -245,6 +260,14 @@ def write_tables(root, results, paper, info, search=None):
                for name, r in paper.items() if "paired" in r]
     with data.atomic_write(os.path.join(root, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
+
+
+def one_seed_cell(r):
+    """A one-seed row's verdict, in the calibration's terms (the rounding floor decides nothing
+    that the other seeds speak to)."""
+    (lo, hi), d, n = r["band"], r["paired"]["mean"], len(r["band_seeds"])
+    return (f"inside the other {n} seeds' range" if lo <= d <= hi else
+            f"outside the other {n} seeds' range: one seed is one draw")
 
 
 def gap_table(results):

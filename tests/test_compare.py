@@ -22,12 +22,15 @@ import torch
 
 import compare
 import configurator
+import data
 import model
 import prepare
 import train
 from configurator import ConfigError, UserError
 from data import DataError, load_checkpoint
 from lab import analysis, plots, runs, tables
+from lab import grid as lab_grid
+from lab import probe
 from model import GPT, GPTConfig
 
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=4",
@@ -40,7 +43,7 @@ LIVE_LINE = "the loss picture, redrawn every 30 s while they train: "
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     docs = [f"To be, or not to be, that is question number {i}.\n" * 8 for i in range(20)]
-    cfg = configurator.defaults(prepare.SETTINGS, name="t", quiet=True,
+    cfg = configurator.defaults(prepare.SETTINGS, dataset="t", quiet=True,
                                 out_root=str(tmp_path_factory.mktemp("data")))
     return prepare.prepare(cfg, documents=docs)
 
@@ -53,6 +56,12 @@ def _has_matplotlib():
         return False
 
 
+def patch_runs(monkeypatch, run_grid):
+    """A stand-in for lab.runs.run_grid, where compare.py and the lr search (lab.grid) call it."""
+    monkeypatch.setattr(compare, "run_grid", run_grid)
+    monkeypatch.setattr(lab_grid, "run_grid", run_grid)
+
+
 def table_rows(md, heading):
     """The rows of the markdown table under a heading, as lists of cells."""
     part = md.split(heading, 1)[1].split("\n## ", 1)[0]
@@ -61,7 +70,7 @@ def table_rows(md, heading):
 
 
 # One tiny comparison, read by the tests below: every value mode, the learned-lambda ResFormer,
-# ResFormer on half the tokens, and vanilla at 3 sizes (for the loss-against-size line).
+# and vanilla at 3 sizes (for the loss-against-size line).
 TINY_MODES = ("vanilla,vanilla:n_embd=8,vanilla:n_embd=24,resformer,svformer,"
               "resformer_learnable,value_embed")
 
@@ -71,7 +80,7 @@ def tiny(data_dir, tmp_path_factory):
     """compare.main on 2 seeds, what it printed and what it wrote."""
     out = tmp_path_factory.mktemp("tiny") / "cmp"
     args = TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1337,1338",
-                   "--less_data=0.5", f"--modes={TINY_MODES}"]
+                   f"--modes={TINY_MODES}"]
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         status = compare.main(args)
@@ -87,8 +96,8 @@ def test_tiny_comparison_writes_everything(tiny):
     # each line after the first finished run says how long is left, and where running runs are
     lines = [line for line in tiny.printed.splitlines()
              if line.startswith("[") or line.startswith("    done")]
-    # 17 runs: 8 variants x 2 seeds and the noise floor (vanilla nudged) on the first seed
-    assert len(lines) == 34 and lines[-1].startswith("    done")
+    # 15 runs: 7 variants x 2 seeds and the noise floor (vanilla nudged) on the first seed
+    assert len(lines) == 30 and lines[-1].startswith("    done")
     first_done = next(i for i, line in enumerate(lines) if "done" in line)
     left = r"(about \d+ min|under a minute) left"
     run = r"[\w.=-]+ at \d/[12]( \(loss \d+\.\d+\))?"
@@ -98,7 +107,7 @@ def test_tiny_comparison_writes_everything(tiny):
                          rf"\(\d+\.\d min so far, {left}(; {running})?\)$", line), line
     assert re.search(rf"\(\d+\.\d min so far(; {running})?\)$", lines[-1]), lines[-1]
     assert any(re.search(running, line) for line in lines), lines
-    assert set(m) == set(TINY_MODES.split(",")) | {"resformer:max_iters=1", analysis.FLOOR}
+    assert set(m) == set(TINY_MODES.split(",")) | {analysis.FLOOR}
     for name, r in m.items():
         for key in ("num_params", "active_params", "flops_per_token", "val_loss", "val_loss_mean",
                     "val_loss_std", "tokens", "steps", "tokens_per_step", "curves",
@@ -117,9 +126,6 @@ def test_tiny_comparison_writes_everything(tiny):
             assert p["differences"] == pytest.approx([r["val_loss"][i] - v[i] for i in range(n)])
     assert m["vanilla"]["tokens"] == [0, 64, 128]  # evals at steps 0, 1, 2 of 4 x 16 tokens
     assert m["vanilla"]["steps"] == [0, 1, 2] and m["vanilla"]["tokens_per_step"] == 64
-    assert (m["resformer:max_iters=1"]["tokens"] == [0, 64]
-            and m["resformer:max_iters=1"]["total_tokens"] == 64)
-    assert m["resformer:max_iters=1"]["note"] == "50% of the tokens"
     assert m["svformer"]["num_params"] < m["vanilla"]["num_params"] == m["resformer"]["num_params"]
     assert (m["svformer"]["kv_cache_bytes_per_token"] * 4
             == m["vanilla"]["kv_cache_bytes_per_token"] * 3)  # (L+1)/2L
@@ -130,7 +136,6 @@ def test_tiny_comparison_writes_everything(tiny):
                                                   "transformer.h.1.attn.value_lambda"]
     md = tiny.md
     assert "| vanilla |" in md and "95% interval" in md and "of 2" in md and "In-run crossing" in md
-    assert "| resformer:max_iters=1 (50% of the tokens) |" in md
     assert "| vanilla:nudge=1 (nudged one rounding step: the noise floor) |" in md
     assert (out / "vanilla_seed1338" / "summary.json").is_file()
     assert (out / "vanilla-nudge=1_seed1337" / "summary.json").is_file()
@@ -138,7 +143,7 @@ def test_tiny_comparison_writes_everything(tiny):
     # each run records where it trained; all here, so the header names one machine, once
     assert json.load(open(out / "vanilla_seed1338" / "summary.json"))["machine"] == \
         runs.hardware("cpu")
-    assert tiny.results["info"]["trained_on"] == {runs.hardware("cpu"): 17}
+    assert tiny.results["info"]["trained_on"] == {runs.hardware("cpu"): 15}
     assert "the runs trained on" not in md and md.count(runs.hardware("cpu")) == 1
     for png in ("loss.png", "attention_entropy.png", "similarity.png", "mixing.png",
                 "size_curve.png"):
@@ -147,7 +152,7 @@ def test_tiny_comparison_writes_everything(tiny):
     if _has_matplotlib():  # the live picture's path, said once, before the first run starts
         assert tiny.printed.count(LIVE_LINE) == 1
         assert tiny.printed.index(f"{LIVE_LINE}{out / 'loss.png'}\n") < tiny.printed.index(
-            "[1/17]")
+            "[1/15]")
 
 
 def test_runs_reused_from_other_machines_are_named_in_the_header():
@@ -185,8 +190,8 @@ def test_what_each_variant_costs(tiny):
     ckpt = load_checkpoint(str(tiny.out / "value_embed_seed1337" / "ckpt.pt"))
     value_embed = GPT.from_checkpoint(ckpt)
     assert m["value_embed"]["num_params"] == value_embed.num_params()
-    assert m["value_embed"]["active_params"] == value_embed.active_params()
-    assert m["value_embed"]["flops_per_token"] == value_embed.flops_per_token(16)
+    assert m["value_embed"]["active_params"] == analysis.sizes(value_embed, 16)["active_params"]
+    assert m["value_embed"]["flops_per_token"] == value_embed.estimate_mfu(1, 1)
     assert m["value_embed"]["active_params"] < m["value_embed"]["num_params"]
     for name in ("vanilla", "resformer", "svformer"):  # no lookup tables: all params active
         assert m[name]["active_params"] == m[name]["num_params"]
@@ -244,7 +249,7 @@ def test_the_live_picture_is_redrawn_while_the_runs_train(data_dir, tmp_path, mo
                                                  "--eval_interval", "--log_interval"))]
     assert compare.main(args + ["--max_iters=250", "--eval_interval=10", "--log_interval=50",
                                 f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1337",
-                                "--less_data=0", "--modes=vanilla,resformer"]) == 0
+                                "--modes=vanilla,resformer"]) == 0
     during = [(mtime, digest) for mtime, digest, ended in redraws if not ended]
     assert len(during) >= 2, redraws
     assert len({digest for _, digest in during}) >= 2, redraws  # it changed
@@ -255,8 +260,8 @@ def test_the_live_picture_is_redrawn_while_the_runs_train(data_dir, tmp_path, mo
 def test_the_same_command_again_reuses_every_run(tiny, capsys, monkeypatch):
     monkeypatch.setattr(compare.plots, "write_all", lambda *a, **k: [])  # (pictures: above)
     assert compare.main(tiny.args) == 0
-    assert capsys.readouterr().out.count("reusing") == 17  # the noise floor's run too
-    assert "17 of 17 runs reused" in (tiny.out / "results.md").read_text()
+    assert "not reused" not in capsys.readouterr().out  # the noise floor's run too
+    assert "15 of 15 runs reused" in (tiny.out / "results.md").read_text()
 
 
 def test_vanilla_curve_on_numbers_checkable_by_hand():
@@ -385,8 +390,8 @@ def test_time_left_counts_the_steps_left_at_the_finished_runs_pace(tmp_path):
     timing = {"seconds": 200.0, "steps": 1600}
     assert runs.progress(todo, running, timing, jobs=2) == (
         " (about 2 min left; running: c at 400/800 (loss 2.346))")
-    assert runs.progress([], running, timing, 2, "left in this round") == (
-        " (under a minute left in this round; running: c at 400/800 (loss 2.346))")
+    assert runs.progress([], running, timing, 2) == (
+        " (under a minute left; running: c at 400/800 (loss 2.346))")
     assert runs.progress(todo, [], {"seconds": 0.0, "steps": 0}, 2) == ""  # nothing known yet
     # read_log, which the live picture reads while runs train, skips the line being written
     assert [r["kind"] for r in runs.read_log(grid[2]["out_dir"])] == ["config", "train", "eval"]
@@ -432,7 +437,7 @@ def test_the_time_left_is_one_measure_wherever_it_is_said(tmp_path):
 
 def preset_grid(args, out, seeds=(1337,)):
     """The runs compare.py would make of these arguments (after its default preset)."""
-    cfg = vars(compare.parse_args(compare.SETTINGS, [compare.DEFAULT_PRESET] + args, "", ""))
+    cfg = vars(compare.parse_args(compare.SETTINGS, [compare.DEFAULT_PRESET] + args, ""))
     return compare.build_grid(cfg, compare.parse_modes(cfg["modes"]), list(seeds), [("", {})],
                               str(out))
 
@@ -517,7 +522,7 @@ def test_without_matplotlib_tables_are_still_written(data_dir, tmp_path, capsys,
     def run_grid(grid, *args, **kwargs):
         print("(the runs train)")
         return runs_train(grid, 1, 1, 1)
-    monkeypatch.setattr(compare, "run_grid", run_grid)
+    patch_runs(monkeypatch, run_grid)
     out = tmp_path / "cmp"
     assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1337",
                                 "--modes=vanilla,resformer"]) == 0
@@ -528,10 +533,10 @@ def test_without_matplotlib_tables_are_still_written(data_dir, tmp_path, capsys,
     assert printed.count(without) == 1 and printed.index(without) < printed.index("(the runs")
     assert LIVE_LINE not in printed  # no picture to see
     search = fake_runs({"vanilla": 0.01}, [])
-    monkeypatch.setattr(compare, "run_grid", lambda grid, *args, **kwargs: search(grid, 1, 1, 1))
+    patch_runs(monkeypatch, lambda grid, *args, **kwargs: search(grid, 1, 1, 1))
     assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={tmp_path / 'tune'}",
                                 "--tune", "--tune_seeds=1,2", "--seeds=1337", "--modes=vanilla",
-                                "--tune_lrs=5e-3,1e-2,2e-2", "--less_data=0"]) == 0
+                                "--tune_lrs=5e-3,1e-2,2e-2"]) == 0
     printed = capsys.readouterr().out
     assert printed.count(without) == 1 and printed.index(without) < printed.index("lr search")
     run_dir = out / "vanilla_seed1337"
@@ -576,13 +581,13 @@ def test_modes_and_seeds_parsing():
 def test_seeds_are_a_list_and_one_number_is_that_seed():
     """--seeds=1 trains seed 1, not one seed counted from 1337: --seeds is always the seeds
     themselves, one or a list, also as recorded commands wrote one seed (7001,) and as a preset
-    file's tuple arrives; compare's default names its three seeds."""
+    file's tuple arrives; compare's default names its eight seeds."""
     assert compare.parse_seeds("1") == [1] and compare.parse_seeds("3") == [3]
     assert compare.parse_seeds("0") == [0]
     assert compare.parse_seeds("1337,1338,1339") == [1337, 1338, 1339]
     assert compare.parse_seeds("7001,") == [7001]
     assert compare.parse_seeds("(1, 2, 5)") == [1, 2, 5] and compare.parse_seeds("(7,)") == [7]
-    assert compare.parse_seeds(compare.SETTINGS["seeds"][0]) == [1337, 1338, 1339]
+    assert compare.parse_seeds(compare.SETTINGS["seeds"][0]) == list(range(1337, 1345))
     assert compare.parse_seeds(compare.SETTINGS["tune_seeds"][0], "tune_seeds") == [1, 2, 3, 4]
     with pytest.raises(ConfigError, match=r"--seeds=three: seeds are whole numbers >= 0, listed "
                                           r"with commas \(--seeds=1337,1338,1339; one seed: "
@@ -642,27 +647,26 @@ def one_line_error(monkeypatch, capsys, argv):
 
 
 # an impossible value for each numeric setting compare.py adds to train.py's
-IMPOSSIBLE = {"jobs": -2, "escape_loss": -1, "less_data": 1.5, "analysis_samples": 0,
+IMPOSSIBLE = {"jobs": -2, "escape_loss": -1, "analysis_samples": 0,
               "tune_extend": -1, "threads": 0, "noise_floor": -1}
 
 
-def test_every_numeric_compare_setting_has_a_check():
+def test_every_numeric_compare_setting_has_limits():
     numeric = {key for key, (default, *_) in compare.COMPARE_SETTINGS.items()
                if isinstance(default, (int, float)) and not isinstance(default, bool)}
-    unchecked = {key for key in numeric if len(compare.COMPARE_SETTINGS[key]) < 3}
-    assert not unchecked, f"numeric compare settings without a check: {unchecked}"
+    unlimited = {key for key in numeric if len(compare.COMPARE_SETTINGS[key]) < 3}
+    assert not unlimited, f"numeric compare settings without limits: {unlimited}"
     assert set(IMPOSSIBLE) == numeric, "give IMPOSSIBLE a refused value for each"
 
 
 @pytest.mark.parametrize("key", sorted(IMPOSSIBLE))
 def test_impossible_settings_are_one_line(monkeypatch, capsys, tmp_path, key):
-    """--jobs=-2 and the like: 'error: --jobs=-2: must be at least 0', exit 1, nothing run."""
-    value, check = IMPOSSIBLE[key], compare.COMPARE_SETTINGS[key][2]
-    assert not check[0](value)  # the check itself refuses it ...
+    """--jobs=-2 and the like: 'error: --jobs=-2: must be at least 0 (...)', exit 1."""
+    value, (default, meaning, (low, _)) = IMPOSSIBLE[key], compare.COMPARE_SETTINGS[key]
     code = one_line_error(monkeypatch, capsys, [f"--out_dir={tmp_path / 'cmp'}",
                                                 f"--{key}={value}"])
-    shown = float(value) if isinstance(compare.COMPARE_SETTINGS[key][0], float) else value
-    assert code == f"error: --{key}={shown}: must be {check[1]}"  # ... and says so in one line
+    shown = float(value) if isinstance(default, float) else value
+    assert code == f"error: --{key}={shown}: must be at least {low} ({meaning})"
     assert not (tmp_path / "cmp").exists()
 
 
@@ -689,7 +693,7 @@ def test_help_lists_seeds_not_trains_one_seed(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         configurator.run_main(compare.main)
     shown = capsys.readouterr()
-    listed = re.findall(r"^  --(\w+)=", shown.out + shown.err, re.M)
+    listed = re.findall(r"^  --(\w+) ", shown.out + shown.err, re.M)
     assert "seeds" in listed and "seed" not in listed
 
 
@@ -698,7 +702,7 @@ def test_a_run_of_an_older_version_is_refused_in_one_line(tmp_path):
     cfg = preset_grid([], tmp_path, seeds=[1])[0][1]
     assert not set(cfg) & {"resume", "overwrite"}
     os.makedirs(cfg["out_dir"])
-    runs.write_summary(cfg["out_dir"], {"config": cfg, "status": "done"})
+    runs.write_json(os.path.join(cfg["out_dir"], "summary.json"), {"config": cfg, "status": "done"})
     assert runs.finished(cfg, cfg["out_dir"])["status"] == "done"
     with pytest.raises(ConfigError, match=r"holds a run with other settings \(n_layer: 16 "
                                           r"there, 3 now\)"):  # never replaced
@@ -723,7 +727,7 @@ def test_one_variant_without_vanilla_shorter_than_log_interval(data_dir, tmp_pat
     out = tmp_path / "cmp"
     args = [a for a in TINY if not a.startswith("--log_interval")] + ["--log_interval=5"]
     assert compare.main(args + [f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1337",
-                                "--less_data=0", "--modes=resformer"]) == 0
+                                "--modes=resformer"]) == 0
     printed = capsys.readouterr().out
     assert f"1 run (1 variant x 1 seed), 2 at a time, 1 thread each, in {out}" in printed
     md = (out / "results.md").read_text()
@@ -745,7 +749,7 @@ def test_ctrl_c_stops_the_comparison_and_the_same_command_continues(data_dir, tm
     args = [a for a in TINY if not a.startswith(("--max_iters", "--lr_decay_iters",
                                                  "--eval_interval", "--log_interval", "--jobs"))]
     args += ["--max_iters=600", "--eval_interval=200", "--log_interval=10",
-             f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1337", "--less_data=0",
+             f"--dataset={data_dir}", f"--out_dir={out}", "--seeds=1337",
              "--modes=vanilla", "--jobs=1", "--noise_floor=0"]  # (one run: the one stopped)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # A shell's background job starts with SIGINT ignored, and its children inherit that (then
@@ -788,34 +792,12 @@ def summary(cfg, val_loss_full, evals, status="done", **more):
 
 def stand_in(losses):
     """A run_grid that trains nothing: losses(cfg) -> (final loss, evals[, other numbers])."""
-    def run_grid(grid, jobs, threads, samples, quiet_reuse=False, left="left", on_progress=None,
+    def run_grid(grid, jobs, threads, samples, today=None, on_progress=None,
                  gpus=0):
         made = {key: losses(cfg) for key, cfg in grid}
         return {key: summary(cfg, final, evals, **(more[0] if more else {}))
                 for (key, cfg), (final, evals, *more) in zip(grid, made.values())}, False, []
     return run_grid
-
-
-def test_the_less_data_variant_says_what_it_is(data_dir, tmp_path, monkeypatch):
-    """ResFormer on 85% of the tokens: its own schedule (170 of 200 steps), and its row in
-    results.md reads '(85% of the tokens)'."""
-    calls = []
-
-    def losses(cfg):
-        calls.append(cfg)
-        return 2.0, [{"iter": 0, "tokens": 0, "val_loss": 5.0},
-                     {"iter": cfg["max_iters"], "tokens": 64 * cfg["max_iters"], "val_loss": 2.1}]
-    monkeypatch.setattr(compare, "run_grid", stand_in(losses))
-    assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1,2",
-                                "--modes=vanilla,resformer", "--less_data=0.85",
-                                "--max_iters=200", "--eval_interval=20"]) == 0
-    less = [c for c in calls if c["max_iters"] == 170]
-    assert len(less) == 2 and all(c["lr_decay_iters"] == 170 for c in less)
-    modes = json.load(open(tmp_path / "results.json"))["modes"]
-    assert modes["resformer:max_iters=170"]["note"] == "85% of the tokens"
-    assert "note" not in modes["resformer"]
-    md = (tmp_path / "results.md").read_text()
-    assert "| resformer:max_iters=170 (85% of the tokens) | " in md
 
 
 # ---- the learning-rate search (--tune) ----
@@ -845,7 +827,7 @@ def test_next_lr_brackets_the_best_learning_rate():
 def fake_runs(optimum, calls):
     """A run_grid stand-in: the final loss is a U in log lr around each variant's optimum,
     diverged above 8x it; records every config it is asked to train."""
-    def run_grid(grid, jobs, threads, samples, quiet_reuse=False, left="left", on_progress=None,
+    def run_grid(grid, jobs, threads, samples, today=None, on_progress=None,
                  gpus=0):
         summaries = {}
         for key, cfg in grid:
@@ -876,9 +858,9 @@ def test_leaving_the_plateau_is_measured_per_seed_and_paired(data_dir, tmp_path,
         return 2.0, [{"iter": i, "tokens": 100 * i,
                       "val_loss": 2.0 if at is not None and i >= at else 3.2}
                      for i in range(0, 201, 20)]
-    monkeypatch.setattr(compare, "run_grid", stand_in(losses))
+    patch_runs(monkeypatch, stand_in(losses))
     assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1,2",
-                                "--modes=vanilla,resformer", "--less_data=0"]) == 0
+                                "--modes=vanilla,resformer"]) == 0
     results = json.load(open(tmp_path / "results.json"))["modes"]
     assert results["vanilla"]["escape"] == [[140, 14000], None]
     assert results["resformer"]["escape_paired"]["differences"] == [6000 - 14000, 10000 - 20000]
@@ -891,14 +873,14 @@ def test_leaving_the_plateau_is_measured_per_seed_and_paired(data_dir, tmp_path,
 def test_tune_brackets_each_variant_and_compares_at_each_optimum(data_dir, tmp_path, monkeypatch,
                                                                 capsys):
     calls = []
-    monkeypatch.setattr(compare, "run_grid", fake_runs({"vanilla": 0.01, "resformer": 0.02},
+    patch_runs(monkeypatch, fake_runs({"vanilla": 0.01, "resformer": 0.02},
                                                        calls))
     assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--tune",
                                 "--tune_lrs=1e-3,2e-3,4e-3", "--tune_seeds=1,2", "--seeds=5,6",
-                                "--modes=vanilla,resformer", "--less_data=0.5"]) == 0
+                                "--modes=vanilla,resformer"]) == 0
     # the count and its factors agree; the paper's protocol's runs are named as extra
     printed = capsys.readouterr().out
-    assert ("11 runs (3 variants x 2 seeds at their own best lr, and 4 at vanilla's best lr: "
+    assert ("7 runs (2 variants x 2 seeds at their own best lr, and 2 at vanilla's best lr: "
             "the paper's protocol, and vanilla nudged on 1 seed: the noise floor)") in printed
     assert "WARNING" not in printed  # every best bracketed
     results = json.load(open(tmp_path / "results.json"))
@@ -915,15 +897,14 @@ def test_tune_brackets_each_variant_and_compares_at_each_optimum(data_dir, tmp_p
     final_runs = [c for c in calls if "lr_search" not in c["out_dir"]]
     assert {c["seed"] for c in search_runs} == {1, 2} and {c["seed"] for c in final_runs} == {5, 6}
     best = results["info"]["best_lrs"]
-    # fair: each at its own best (the 50%-data ResFormer at ResFormer's); paper: all at vanilla's
+    # fair: each at its own best; the paper's protocol: all at vanilla's
     lrs = {(c["value_mode"], c["max_iters"], c["learning_rate"]) for c in final_runs}
     assert lrs == {("vanilla", 2, best["vanilla"]), ("resformer", 2, best["resformer"]),
-                   ("resformer", 1, best["resformer"]), ("resformer", 2, best["vanilla"]),
-                   ("resformer", 1, best["vanilla"])}
+                   ("resformer", 2, best["vanilla"])}
     # the noise floor: vanilla at its own best lr again, nudged, on the first reported seed
     assert [(c["value_mode"], c["seed"], c["learning_rate"]) for c in final_runs
-            if c["nudge"]] == [("vanilla", 5, best["vanilla"])]
-    assert [os.path.basename(c["out_dir"]) for c in final_runs if c["nudge"]] == [
+            if c.get("nudge")] == [("vanilla", 5, best["vanilla"])]
+    assert [os.path.basename(c["out_dir"]) for c in final_runs if c.get("nudge")] == [
         f"vanilla-nudge=1_lr{best['vanilla']:g}_seed5"]  # named by its lr, like the others
     assert results["modes"][analysis.FLOOR]["paired"]["n"] == 1
     assert all(c["min_lr"] == pytest.approx(c["learning_rate"] / 10, rel=0.01) for c in calls)
@@ -940,11 +921,11 @@ def test_tune_warns_when_the_best_is_the_grids_edge(data_dir, tmp_path, monkeypa
     """vanilla's optimum (0.1) lies beyond a grid that --tune_extend=0 may not extend: the best
     found, 4e-3, is its edge, said in a WARNING line and in the search table; resformer's
     (2e-3) is bracketed and not warned about."""
-    monkeypatch.setattr(compare, "run_grid", fake_runs({"vanilla": 0.1, "resformer": 2e-3}, []))
+    patch_runs(monkeypatch, fake_runs({"vanilla": 0.1, "resformer": 2e-3}, []))
     assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--tune",
                                 "--tune_lrs=1e-3,1.41e-3,2e-3,2.83e-3,4e-3", "--tune_extend=0",
-                                "--tune_seeds=1,2", "--seeds=5,6", "--modes=vanilla,resformer",
-                                "--less_data=0"]) == 0
+                                "--tune_seeds=1,2", "--seeds=5,6", "--modes=vanilla,resformer"
+                                ]) == 0
     warnings = [line for line in capsys.readouterr().out.splitlines() if "WARNING" in line]
     assert warnings == ["WARNING: vanilla's best, 0.004, is the edge of the grid searched "
                         "(--tune_extend=0 reached): not a bracketed optimum; widen --tune_lrs or "
@@ -955,26 +936,25 @@ def test_tune_warns_when_the_best_is_the_grids_edge(data_dir, tmp_path, monkeypa
 
 
 def test_lrs_trains_each_named_variant_at_its_own_peak_lr(data_dir, tmp_path, monkeypatch):
-    """--lrs (what --tune prints): named variants (and the less-data ResFormer, at ResFormer's)
-    at their own lr, min_lr following; the others at learning_rate; mistakes in one line."""
+    """--lrs (what --tune prints): named variants at their own lr, min_lr following; the others
+    at learning_rate; mistakes in one line."""
     calls = []
-    monkeypatch.setattr(compare, "run_grid", fake_runs({"vanilla": 0.01, "resformer": 0.02,
+    patch_runs(monkeypatch, fake_runs({"vanilla": 0.01, "resformer": 0.02,
                                                         "svformer": 0.01}, calls))
     args = TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=5",
-                   "--modes=vanilla,resformer,svformer", "--less_data=0.5",
+                   "--modes=vanilla,resformer,svformer",
                    "--learning_rate=3e-3", "--min_lr=3e-4"]
     assert compare.main(args + ["--lrs=vanilla=1e-2,resformer=2e-2"]) == 0
     lrs = {(c["value_mode"], c["max_iters"], c["learning_rate"], c["min_lr"]) for c in calls}
     assert lrs == {("vanilla", 2, 1e-2, 1e-3), ("resformer", 2, 2e-2, 2e-3),
-                   ("resformer", 1, 2e-2, 2e-3), ("svformer", 2, 3e-3, 3e-4)}
+                   ("svformer", 2, 3e-3, 3e-4)}
     results = json.load(open(tmp_path / "results.json"))
-    assert results["info"]["peak_lrs"] == {"vanilla": 1e-2, "resformer": 2e-2, "svformer": 3e-3,
-                                           "resformer:max_iters=1": 2e-2}
+    assert results["info"]["peak_lrs"] == {"vanilla": 1e-2, "resformer": 2e-2, "svformer": 3e-3}
     assert "own peak learning rate (vanilla 0.01, resformer 0.02" in (
         tmp_path / "results.md").read_text()
     # a variant this command does not train (a preset's lrs for all three) is not an error
     calls.clear()
-    assert compare.main(args + ["--modes=vanilla", "--less_data=0",
+    assert compare.main(args + ["--modes=vanilla",
                                 "--lrs=vanilla=1e-2,resformer_kv1=5e-3"]) == 0
     assert {(c["value_mode"], c["learning_rate"]) for c in calls} == {("vanilla", 1e-2)}
     for bad in ("--lrs=vanila=1e-2", "--lrs=vanilla=fast", "--lrs=vanilla=-1"):
@@ -988,7 +968,7 @@ def test_tune_counts_a_diverged_run_as_worse(data_dir, tmp_path, capsys):
     out = tmp_path / "tune"
     assert compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--tune",
                                 "--tune_lrs=1e-2,1e6", "--tune_extend=0", "--tune_seeds=1",
-                                "--seeds=1337", "--modes=vanilla", "--less_data=0"]) == 0
+                                "--seeds=1337", "--modes=vanilla"]) == 0
     results = json.load(open(out / "results.json"))
     assert math.isinf(results["lr_search"]["vanilla"]["1e+06"][0])
     assert results["info"]["best_lrs"] == {"vanilla": 0.01}
@@ -1007,16 +987,16 @@ def test_data_refused_once_before_any_run(data_dir, tmp_path):
     with data.py's one line before any run starts."""
     broken = tmp_path / "broken"
     broken.mkdir()
-    for name in os.listdir(data_dir):
-        if "_train_" not in name:
-            (broken / name).write_bytes((Path(data_dir) / name).read_bytes())
+    shutil.copytree(data_dir, broken, dirs_exist_ok=True)
+    for shard in data.list_shards(str(broken), "train"):
+        os.remove(shard)
     with pytest.raises(DataError, match="is missing, though .*meta.json names it: run prepare.py"):
         compare.main(TINY + [f"--dataset={broken}", f"--out_dir={tmp_path / 'cmp'}", "--seeds=1337",
-                             "--less_data=0", "--modes=vanilla"])
+                             "--modes=vanilla"])
     assert not (tmp_path / "cmp" / "vanilla_seed1337").exists()
-    with pytest.raises(DataError, match="no dataset"):
+    with pytest.raises(DataError, match="no train shards"):
         compare.main(TINY + [f"--dataset={tmp_path / 'nothing'}", f"--out_dir={tmp_path / 'cmp'}",
-                             "--seeds=1337", "--less_data=0", "--modes=vanilla"])
+                             "--seeds=1337", "--modes=vanilla"])
     assert issubclass(DataError, UserError)  # so run_main says it in one line
 
 
@@ -1101,8 +1081,8 @@ def test_a_bug_in_model_py_is_shown_where_it_is_and_no_tables_pretend(data_dir, 
     (project / "model.py").write_text(source.replace(right, right + ".transpose(2, 3)"))
     line = next(n for n, text in enumerate(source.splitlines(), 1) if right in text)
     result = subprocess.run([sys.executable, "compare.py", *TINY, f"--dataset={data_dir}",
-                             "--out_dir=out-bug", "--seeds=1337", "--modes=vanilla,resformer",
-                             "--less_data=0"], cwd=project, capture_output=True, text=True,
+                             "--out_dir=out-bug", "--seeds=1337", "--modes=vanilla,resformer"
+                             ], cwd=project, capture_output=True, text=True,
                             timeout=300)
     printed = result.stdout.splitlines()
     assert result.returncode == 1, result.stdout + result.stderr
@@ -1130,10 +1110,10 @@ def test_results_open_with_the_verdict_and_table_the_gap_along_the_run(data_dir,
         evals = [{"iter": i, "tokens": 100 * i, "val_loss": 3.0 - i / 100 + cfg["seed"] / 100
                   + (early if i <= 100 else 0.0)} for i in range(0, 201, 20)]
         final = {"vanilla": 2.0, "resformer": 1.9, "svformer": 2.0}[cfg["value_mode"]]
-        return final + cfg["seed"] / 1000 + 0.002 * cfg["nudge"], evals  # (nudged: the floor)
-    monkeypatch.setattr(compare, "run_grid", stand_in(losses))
+        return final + cfg["seed"] / 1000 + 0.002 * cfg.get("nudge", 0), evals  # (the floor)
+    patch_runs(monkeypatch, stand_in(losses))
     args = TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1,2,3",
-                   "--modes=vanilla,resformer,svformer", "--less_data=0", "--max_iters=200",
+                   "--modes=vanilla,resformer,svformer", "--max_iters=200",
                    "--eval_interval=20"]
     with pytest.raises(ConfigError, match="gap_steps=50: the loss is measured every"):
         compare.main(args + ["--gap_steps=50"])
@@ -1142,12 +1122,14 @@ def test_results_open_with_the_verdict_and_table_the_gap_along_the_run(data_dir,
     assert gap["40"]["differences"] == pytest.approx([-0.1] * 3)
     assert gap["200"]["differences"] == pytest.approx([0.0] * 3)
     md = (tmp_path / "results.md").read_text().splitlines()
-    assert md[2].startswith("**Verdict on 3 seeds (final val loss, nats per byte, variant - "
-                            "vanilla per seed, 95% interval): resformer (-0.100 [")
+    assert md[2].startswith("**Verdict on 3 seeds at 200 steps (final val loss, nats per byte, "
+                            "variant - vanilla per seed, 95% interval; beyond noise: the interval "
+                            "excludes 0, or the sign test does, and the mean exceeds the rounding "
+                            "floor): resformer (-0.100 [")
     assert md[2].endswith(
-        "resformer (-0.100 [-0.1000, -0.1000], lower on 3 of 3) is lower than vanilla beyond "
-        "noise; svformer (+0.000 [+0.0000, +0.0000], lower on 0 of 3) is within the rounding "
-        "floor. Rounding alone (vanilla with its initial weights nudged one float32 step: the "
+        "resformer (-0.100 [-0.1000, -0.1000], lower on 3 of 3; by chance alone 1 in 8) is lower "
+        "than vanilla beyond noise; svformer (+0.000 [+0.0000, +0.0000], lower on 0 of 3) is "
+        "within the rounding floor. Rounding alone (vanilla with its initial weights nudged one float32 step: the "
         "same run rounded differently, as on another CPU) moved the final loss by 0.0020 (one "
         "draw): a mean difference smaller than that is no result, whatever its interval.**")
     assert next(line for line in md if line.startswith("| svformer |")).endswith(
@@ -1177,60 +1159,52 @@ def test_the_docstrings_commands_plan_as_written(data_dir, tmp_path, monkeypatch
     def run_grid(grid, *args, **kwargs):  # what would train; then a Ctrl-C: no tables
         planned.append(grid)
         return {}, True, []
-    monkeypatch.setattr(compare, "run_grid", run_grid)
+    patch_runs(monkeypatch, run_grid)
     monkeypatch.chdir(tmp_path)  # (the out_dirs they name)
     for command in commands:
         argv = [str(root / a) if a.endswith(".py") else a for a in command[2:]]
         assert compare.main(argv + [f"--dataset={data_dir}"]) == 130, command
     preset = configurator.read_preset(compare.DEFAULT_PRESET)
     variants = {name for (name, _, _), _ in planned[0]} - {getattr(analysis, "FLOOR", None)}
-    assert variants == set(compare.SETTINGS["modes"][0].split(","))  # no less-data one
-    assert not compare.SETTINGS["less_data"][0] and "85%" not in compare.__doc__
+    assert variants == set(compare.SETTINGS["modes"][0].split(","))
     # one source of each default (issue 46): the preset holds what only its shape decides
     assert not set(preset) & (set(compare.COMPARE_SETTINGS) - {"lrs"})
     said = compare.__doc__.split("python compare.py\n")[0].rsplit("config/compare.py:", 1)[1]
-    words = {"vanilla": "vanilla", "resformer": "ResFormer", "svformer": "SVFormer",
+    words = {"vanilla": "vanilla", "svformer": "SVFormer",
              "resformer:lambda_1=2:lambda_2=1": "the lambda = 2 mix"}
     assert all(words[name] in said for name in variants), said
     seeds = {seed for (_, seed, _), _ in planned[0]}
-    assert f"{len(seeds)} seeds" in said and seeds == {1337, 1338, 1339}
+    assert f"on {len(seeds)} seeds" in said and seeds == set(range(1337, 1345))
 
 
-def test_the_demo_is_the_default_comparison_shortened():
-    """config/demo.py builds on compare's default preset and changes only how much is run and
-    which variants: the same model, data and learning rates for fewer steps (250) on one seed,
-    so what the demo shows is what the full run measures (README, "What a class will see"); its
-    variants and the noise floor (vanilla nudged, on by default) all run at once."""
+def test_the_demo_is_the_default_comparison_on_one_seed():
+    """config/demo.py builds on compare's default preset and changes only the seeds (one), the
+    folder, how many run at once (all: its variants and the noise floor) and the calibration: the
+    same model, data, steps and learning rates, so what the demo shows is what the default
+    measures on 8 seeds (README, "What a class will see")."""
     from configurator import read_preset
     root = Path(__file__).resolve().parent.parent
     demo_path = root / "config" / "demo.py"
     lines = [line for line in demo_path.read_text().splitlines() if not line.startswith("#")]
     assert lines[0] == 'base = "compare.py"'  # builds on it (a base must come first)
-    demo = read_preset(str(demo_path))  # with its base's settings
-    full = read_preset(str(root / "config" / "compare.py"))
-    assert demo.pop("max_iters") == 250 < full.pop("max_iters")
-    assert compare.parse_seeds(demo.pop("seeds")) == [1337]
-    jobs, out_dir, modes = demo.pop("jobs"), demo.pop("out_dir"), demo.pop("modes").split(",")
-    assert out_dir == "out-demo" and "vanilla" in modes and jobs == len(modes) + 1  # + the floor
-    compare.parse_modes(",".join(modes))  # every one a variant compare.py trains
-    lrs = dict(item.rpartition("=")[::2] for item in demo.pop("lrs").split(","))
-    full_lrs = dict(item.rpartition("=")[::2] for item in full["lrs"].split(","))
-    assert lrs.keys() == set(modes)  # each variant at the preset's own peak lr for it
-    assert all(float(lrs[mode]) == float(full_lrs[mode]) for mode in modes)
-    assert demo.pop("calibration") == "docs/results/demo_calibration"  # other seeds' record
-    full.pop("lrs")
-    assert demo == full
+    demo, full = read_preset(str(demo_path)), read_preset(str(root / "config" / "compare.py"))
+    assert compare.parse_seeds(demo.pop("seeds")) == [1337] and len(compare.parse_seeds(
+        compare.SETTINGS["seeds"][0])) == 8
+    jobs, out_dir, calibration = demo.pop("jobs"), demo.pop("out_dir"), demo.pop("calibration")
+    modes = compare.SETTINGS["modes"][0].split(",")
+    assert demo == full and out_dir == "out-demo" and jobs == len(modes) + 1  # and the floor
+    assert len(calibration.split(",")) == 2  # the 20 committed seeds
 
 
 def test_one_seed_states_its_differences_and_own_lrs_are_named(data_dir, tmp_path, monkeypatch):
     """One seed: the differences beside the noise floor, and no claim (in nats per byte, the
     byte tokenizer's unit). Every variant's lr named in --lrs, all equal:
     said as one lr, named per variant (so also the paper's protocol), not as 'its own' lr."""
-    monkeypatch.setattr(compare, "run_grid", stand_in(lambda cfg: (
+    patch_runs(monkeypatch, stand_in(lambda cfg: (
         {"vanilla": 2.0, "svformer": 2.05}[cfg["value_mode"]],
         [{"iter": 0, "tokens": 0, "val_loss": 5.0}, {"iter": 2, "tokens": 10, "val_loss": 2.5}])))
     assert compare.main(TINY + [f"--out_dir={tmp_path}", f"--dataset={data_dir}", "--seeds=1337",
-                                "--modes=vanilla,svformer", "--less_data=0",
+                                "--modes=vanilla,svformer",
                                 "--lrs=vanilla=3e-3,svformer=3e-3"]) == 0
     md = (tmp_path / "results.md").read_text()
     assert ("\nEvery variant at the same peak learning rate, 0.003 (all named by --lrs): one lr "
@@ -1245,7 +1219,7 @@ def test_one_seed_states_its_differences_and_own_lrs_are_named(data_dir, tmp_pat
             "(--calibration, or --seeds=1337,1338,1339 for an interval).") in md
     # a variant --lrs does not name trains at the preset's lr, and results.md says which
     assert compare.main(TINY + [f"--out_dir={tmp_path}/b", f"--dataset={data_dir}",
-                                "--seeds=1337", "--modes=vanilla,svformer", "--less_data=0",
+                                "--seeds=1337", "--modes=vanilla,svformer",
                                 "--lrs=vanilla=3e-3", "--learning_rate=2e-3"]) == 0
     md = (tmp_path / "b" / "results.md").read_text()
     assert ("\nEach variant at its own peak learning rate (vanilla 0.003, svformer 0.002) (named "
@@ -1259,8 +1233,7 @@ def test_a_one_seed_difference_is_shown_with_where_other_seeds_put_it(data_dir, 
     band at the end (results.json's band, band_source "seeds", the picture's shading) is those
     seeds' lowest to highest difference, never narrower; a variant whose runs there have other
     settings gets none, said in one line, and its band is rounding's."""
-    common = TINY + [f"--dataset={data_dir}", "--modes=vanilla,svformer", "--lrs=",
-                     "--less_data=0"]
+    common = TINY + [f"--dataset={data_dir}", "--modes=vanilla,svformer", "--lrs="]
     assert compare.main(common + [f"--out_dir={tmp_path / 'cal'}", "--seeds=1,2,3",
                                   "--noise_floor=0"]) == 0
     cal = json.load(open(tmp_path / "cal" / "results.json"))["modes"]["svformer"]["paired"]
@@ -1284,30 +1257,34 @@ def test_a_one_seed_difference_is_shown_with_where_other_seeds_put_it(data_dir, 
         r["info"]["calibration"]["unused"]["vanilla"]
 
 
-def test_the_demo_band_is_the_recorded_seed_spread():
+def test_the_demo_band_is_the_recorded_seed_spread(tmp_path):
     """The demo's preset names a calibration committed in docs/results: every variant of the
     demo finds its runs there, and the band the demo draws is exactly those seeds' spread (a
     band narrower than the recorded spread fails here), wider than rounding alone."""
     preset = configurator.read_preset(str(Path(compare.__file__).parent / "config" / "demo.py"))
-    cfg = vars(configurator.load_config(compare.SETTINGS, [
-        str(Path(compare.__file__).parent / "config" / "demo.py")], "compare.py"))
-    modes = compare.add_less_data(compare.own_lrs(compare.parse_modes(cfg["modes"]), cfg), cfg)
+    cfg = vars(configurator.parse_args(compare.SETTINGS, [
+        str(Path(compare.__file__).parent / "config" / "demo.py")], ""))
+    modes = compare.own_lrs(compare.parse_modes(cfg["modes"]), cfg)
     root = Path(compare.__file__).parent
     cwd = os.getcwd()
-    os.chdir(root)
+    os.chdir(tmp_path)  # the preset's folders are found in the project, from anywhere
     try:
-        cal = compare.calibrated(cfg, modes, compare.parse_seeds(cfg["seeds"]))
+        today = probe.Probes(str(tmp_path))
+        today.force = False
+        cal = compare.calibrated(cfg, modes, compare.parse_seeds(cfg["seeds"]), today)
     finally:
         os.chdir(cwd)
-    assert cal["folder"] == preset["calibration"] and len(cal["seeds"]) >= 6 and not cal["unused"]
+    assert cal["folder"] == preset["calibration"] and len(cal["seeds"]) >= 20 and not cal["unused"]
     assert set(cal["modes"]) == {n for n, _ in modes} - {"vanilla"}
     for name, c in cal["modes"].items():
         finals = {}
         for seed in cal["seeds"]:  # straight from the committed records
             for variant in ("vanilla", name):
-                path = root / preset["calibration"] / compare.build_grid(
-                    cfg, [(variant, dict(modes)[variant])], [seed], [("", {})], "")[0][1][
-                    "out_dir"] / "summary.json"
+                run = compare.build_grid(cfg, [(variant, dict(modes)[variant])], [seed],
+                                         [("", {})], "")[0][1]["out_dir"]
+                path = next(root / f / run / "summary.json"
+                            for f in preset["calibration"].split(",")
+                            if (root / f / run / "summary.json").exists())
                 finals[variant, seed] = json.load(open(path))["val_loss_full"]
         spread = [finals[name, s] - finals["vanilla", s] for s in cal["seeds"]]
         results = {"vanilla": {"seeds": [1337]},
@@ -1339,4 +1316,6 @@ def test_compares_traps_for_a_student(data_dir, tmp_path, capsys):
                          "--plan", "--max_iters=2"]) == 0
     planned = capsys.readouterr().out
     assert "--max_iters=2 " in planned and "--max_iters=1 " not in planned  # no 85% run
-    assert planned.count("python train.py") == len(compare.SETTINGS["modes"][0].split(",")) * 3 + 1
+    assert planned.count("python train.py") == len(compare.SETTINGS["modes"][0].split(",")) * len(
+        compare.parse_seeds(compare.SETTINGS["seeds"][0])) and planned.count(
+        "python -m lab.nudged") == 1
