@@ -118,8 +118,7 @@ def test_the_loss_axis_starts_where_curves_compare_and_mixing_shows_its_start(tm
     mixing = next(fig for fig in figures if fig.axes[0].get_ylabel() == "learned value")
     assert any(list(line.get_ydata()) == [0.5, 0.5] for line in mixing.axes[0].lines)
     assert [list(line.get_ydata()) for line in mixing.axes[0].lines[:2]] == [[0.6] * 3, [0.4] * 3]
-    assert legend_of(mixing.axes[0])[:2] == ["ResFormer: value_lambdas[0]",
-                                             "ResFormer: value_lambdas[1]"]
+    assert legend_of(mixing.axes[0])[:2] == ["ResFormer: lambda_1", "ResFormer: lambda_2"]
 
 
 def test_the_difference_panel_is_not_squashed_by_the_first_evaluations(tmp_path, figures):
@@ -468,24 +467,24 @@ def test_one_seed_is_not_promised_a_band(tmp_path, figures):
 
 def test_the_live_picture_carries_the_final_pictures_marks(tmp_path, figures):
     """While the runs train the picture already has the plateau triangles (each run's first
-    evaluation below escape_loss, on the steps drawn), the less-data variant's note, the unit,
-    and the noise floor's band once its run has evaluations (not a line of its own)."""
+    evaluation below escape_loss, on the steps drawn), the unit, and the noise floor's band once
+    its run has evaluations (not a line of its own)."""
     root = str(tmp_path)
     logs = {("vanilla", 1): [(0, 5.5), (10, 3.0), (20, 2.8), (30, 2.6)],
             ("vanilla", 2): [(0, 5.5), (10, 3.1), (20, 2.95), (30, 2.7)],
-            ("resformer:max_iters=26", 1): [(0, 5.5), (10, 2.85), (20, 2.7), (30, 2.5)],
+            ("resformer", 1): [(0, 5.5), (10, 2.85), (20, 2.7), (30, 2.5)],
             (FLOOR, 1): [(0, 5.5), (10, 3.01), (20, 2.79), (30, 2.6)]}
     grid = []
     for (name, seed), evals in logs.items():
         run_dir = os.path.join(root, f"{name.replace(':', '-')}_seed{seed}")
         write_log(run_dir, evals)
         grid.append(((name, seed, ""), {"out_dir": run_dir}))
-    plots.live_loss(root, grid, escape_loss=2.9, unit="byte", less_data=0.85)
+    plots.live_loss(root, grid, escape_loss=2.9, unit="byte")
     top, bottom = loss_picture_in(figures, "byte").axes
     marks = [line for line in top.lines if line.get_marker() == "v"]
     assert [(list(m.get_xdata()), list(m.get_ydata())) for m in marks] == [([25], [2.9]),
                                                                          ([10], [2.9])]
-    assert legend_of(top) == ["vanilla", "ResFormer, 85% of the tokens",
+    assert legend_of(top) == ["vanilla", "ResFormer",
                               "leaves the plateau: the first evaluation below the dotted line (2.9), "
                               "mean over the seeds that left"]
     assert top.get_xlabel() == "" and bottom.get_xlabel() == "step (64 tokens each)"
