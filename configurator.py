@@ -107,10 +107,11 @@ def setup_device(device="auto", dtype="auto"):
     bf16 = kind == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
     dtype = ("bfloat16" if bf16 else "float16" if kind == "cuda" else "float32") if dtype == "auto" \
         else dtype
-    if dtype not in ("float32", "bfloat16", "float16") or (dtype == "float16" and kind == "cpu") \
-            or (dtype == "bfloat16" and kind == "cuda" and not bf16):
-        raise ConfigError(f"--dtype={dtype}: not on {kind}; use auto (it picks), float32, or "
-                          f"bfloat16 (CPU, A100, H100) or float16 (GPUs without bfloat16)")
+    if dtype == "bfloat16" and kind == "cuda" and not bf16:
+        raise ConfigError("--dtype=bfloat16: this GPU has no native bfloat16; use float16 or auto")
+    if dtype not in ("float32", "bfloat16", "float16"):  # (float16 on a CPU: slow, but it runs)
+        raise ConfigError(f"--dtype={dtype}: use auto (it picks), float32, bfloat16 (CPU, A100, "
+                          f"H100) or float16 (T4, V100)")
     return device, dtype, (nullcontext() if dtype == "float32"
                            else torch.autocast(kind, dtype=getattr(torch, dtype)))
 

@@ -24,14 +24,15 @@ from model import GPT, VALUE_MODES, GPTConfig
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "out-gpu-check")
 PRESET = [os.path.join(ROOT, "config", "gpt2_124m.py"), "--gradient_accumulation_steps=4"]
+TOKENS = 4_000_000  # the synthetic training split: enough for the check's steps without repeats
 MFU_TARGET = 0.45  # GPT-2 small, bf16, compiled, on an A100/H100-class GPU (llm.c reaches ~50%)
 
 
-def synthetic_dataset(folder, vocab_size=50257, tokens=4_000_000):
-    """Random ids of GPT-2's vocabulary in llm.c shards: the preset's logits and tables at their
+def synthetic_dataset(folder, vocab_size=50257):
+    """TOKENS random ids of GPT-2's vocabulary in llm.c shards: the preset's logits and tables at their
     real size, with nothing to download."""
     os.makedirs(folder, exist_ok=True)
-    rng, shards = np.random.default_rng(0), []
+    rng, shards, tokens = np.random.default_rng(0), [], TOKENS
     for split, n in (("train", tokens), ("val", tokens // 8)):
         file = f"synthetic_{split}_000000.bin"
         sha = data.write_shard(os.path.join(folder, file), rng.integers(0, vocab_size, n),

@@ -17,7 +17,7 @@ import bench
 import compare
 import configurator
 import train
-from lab import runs
+from lab import gpu_check, runs
 from test_compare import TINY, data_dir  # noqa: F401 (a fixture: compare's tiny dataset)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,11 +71,11 @@ def test_what_the_mac_gets_trains_every_mode(monkeypatch, data_dir, tmp_path, mo
 def test_mfu_is_in_the_log_where_the_gpu_has_a_peak(monkeypatch, data_dir, tmp_path):
     """nanoGPT prints MFU on every log line; ours does on a GPU of the peak table (a GPU not in
     it gets no figure rather than a wrong one; float32 has no peak in the table)."""
-    assert configurator.gpu_peak_flops("NVIDIA H100 80GB HBM3", "bfloat16") == 989.4e12
-    assert configurator.gpu_peak_flops("NVIDIA H100 80GB HBM3", "float32") is None
-    assert configurator.gpu_peak_flops("Some Future GPU", "bfloat16") is None
+    assert train.gpu_peak_flops("NVIDIA H100 80GB HBM3", "bfloat16") == 989.4e12
+    assert train.gpu_peak_flops("NVIDIA H100 80GB HBM3", "float32") is None
+    assert train.gpu_peak_flops("Some Future GPU", "bfloat16") is None
     for unlisted in ("NVIDIA L40", "NVIDIA RTX A1000", "NVIDIA T400"):  # not L4, A100, T4
-        assert configurator.gpu_peak_flops(unlisted, "bfloat16") is None, unlisted
+        assert train.gpu_peak_flops(unlisted, "bfloat16") is None, unlisted
     lines = {}
     for peak in (None, 1e12):
         monkeypatch.setattr(train, "gpu_peak_flops", lambda name, dtype: peak)
@@ -90,7 +90,7 @@ def test_mfu_is_in_the_log_where_the_gpu_has_a_peak(monkeypatch, data_dir, tmp_p
         log = [json.loads(line) for line in open(out / "log.jsonl")]
         assert all(("mfu" in r) == bool(peak) for r in log if r["kind"] == "train")
     assert not any("mfu" in line for line in lines[None])
-    assert "running on cpu in float32" in printed.getvalue()  # where, in the run's first lines
+    assert "resformer on cpu in float32: " in printed.getvalue()  # where, in the run's first lines
     assert all(", mfu " in line and "%" in line for line in lines[1e12])
 
 
@@ -127,7 +127,7 @@ def test_compare_knows_each_device_from_the_one_resolver(monkeypatch):
     on a Mac, one job on the one MPS device (it used to start one per CPU core) and the
     machine named MPS, not the CPU."""
     pretend(monkeypatch, mps=True)
-    assert configurator.resolve_device("auto") == "mps"
+    assert configurator.setup_device("auto")[0] == "mps"
     assert runs.hardware("auto").startswith("Apple MPS")
     pretend(monkeypatch, "NVIDIA H200", True, count=8)
     assert runs.hardware("auto", 8).startswith("8 x NVIDIA H200")  # the comparison's machine
@@ -142,7 +142,7 @@ def test_plan_prints_each_run_and_any_engine_runs_them_to_the_same_tables(data_d
     if shutil.which("xargs") is None:
         pytest.skip("needs xargs")
     args = TINY + [f"--dataset={data_dir}", "--seeds=1,2", "--modes=vanilla,svformer",
-                   "--less_data=0", "--lrs="]
+                   "--lrs="]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def compare_py(*more):
@@ -156,8 +156,9 @@ def test_plan_prints_each_run_and_any_engine_runs_them_to_the_same_tables(data_d
     lines = subprocess.run(f"wc -l < {tmp_path / 'runs.txt'}", shell=True, capture_output=True,
                            text=True).stdout  # what the README's SLURM line counts
     plan = printed.splitlines()
-    assert len(plan) == 5 == int(lines) and not (tmp_path / "planned" / "vanilla_seed1").exists()
-    assert all(line.startswith("OMP_NUM_THREADS=1 python train.py --") for line in plan)
+    assert len(plan) == 5 == int(lines) and not list((tmp_path / "planned").glob("*/log.jsonl"))
+    assert all(line.startswith("OMP_NUM_THREADS=1 python train.py --") for line in plan
+               if "nudge" not in line)  # the noise floor's run: python -m lab.nudged
     engine = subprocess.run(f"xargs -d '\\n' -n 1 -P 2 sh -c < {tmp_path / 'runs.txt'}",
                             shell=True, cwd=ROOT, env={**env, "PATH": os.environ["PATH"]},
                             capture_output=True, text=True, timeout=600)
@@ -201,21 +202,19 @@ def test_the_gpu_check_says_in_one_line_that_there_is_no_gpu(capsys):
     assert out == "bench.py --gpu_check: no CUDA GPU here (torch sees none): nothing to check\n"
 
 
-def test_the_gpu_checks_steps_run_end_to_end_on_a_tiny_model(data_dir, tmp_path, monkeypatch,
-                                                             capsys):
-    """The check's own steps (train.py, bench.py, sample.py, cached against uncached logits),
-    here on the CPU with a tiny preset in place of GPT-2 small's shape."""
+def test_the_gpu_checks_steps_run_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys):
+    """The check's own steps (the preset's run, a resume, float16 with loss scaling, a mode
+    compiled, the attention kernel, cached against uncached logits), here on the CPU with a tiny
+    preset in place of GPT-2 small's shape, and its report."""
     preset = tmp_path / "tiny.py"
-    preset.write_text('n_layer = 2\nn_head = 2\nn_embd = 16\nblock_size = 32\nbatch_size = 4\n'
-                      'device = "cpu"\n')
-    run = [str(preset), f"--dataset={data_dir}", "--max_iters=4", "--warmup_iters=1",
-           "--eval_interval=4", "--eval_iters=1", "--log_interval=2", "--overwrite"]
-    monkeypatch.setattr(bench, "__file__", str(ROOT / "bench.py"))
-    out_dir = ROOT / "out-gpu-check"
-    try:
-        assert bench.gpu_check(run, gpus=1) == 0
-    finally:
-        shutil.rmtree(out_dir, ignore_errors=True)
+    preset.write_text('n_layer = 2\nn_head = 2\nn_embd = 16\nblock_size = 32\nbatch_size = 4\n')
+    monkeypatch.setattr(gpu_check, "OUT", str(tmp_path / "out-gpu-check"))
+    monkeypatch.setattr(gpu_check, "TOKENS", 40_000)
+    assert gpu_check.gpu_check([str(preset), "--warmup_iters=1"], gpus=1, device="cpu",
+                               modes=("svformer",)) == 0
+    report = json.load(open(tmp_path / "out-gpu-check" / "report.json"))
+    assert report["device"] == "cpu" and all(c["ok"] for c in report["checks"])
+    assert len(report["checks"]) == 8 and report["checks"][5]["modes"]["svformer"]["loss_finite"]
     printed = capsys.readouterr().out
-    assert printed.count("  ok     ") == 4 and "FAILED" not in printed
+    assert printed.count("  ok     ") == 8 and "FAILED" not in printed
     assert "cached against uncached logits, float32: largest difference" in printed

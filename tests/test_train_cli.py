@@ -186,8 +186,7 @@ def test_an_impossible_value_on_the_command_line_is_one_line(tmp_path):
     ("--device=cuda", "error: --device=cuda: not here; use auto, cpu, cuda, cuda:N (0 CUDA"),
     ("--device=gpu", "error: --device=gpu: not here; use auto, cpu, cuda, cuda:N"),
     ("--device=mps", "error: --device=mps: not here; use auto"),
-    ("--dtype=float16", "error: --dtype=float16: not on cpu; use auto (it picks)"),
-    ("--dtype=fp8", "error: --dtype=fp8: not on cpu; use auto (it picks)"),
+    ("--dtype=fp8", "error: --dtype=fp8: use auto (it picks), float32, bfloat16"),
     ("--n_layer=True", "error: --n_layer=True: must be int, like 4"),
     ("--max_iters", "error: argument --max_iters: expected one argument"),
     ("--max_iter=10", "error: unrecognized arguments: --max_iter=10"),
@@ -204,8 +203,6 @@ def test_setting_mistakes_are_one_line_errors(arg, message, data_dir, tmp_path, 
         pytest.skip("this machine has CUDA")
     if arg == "--device=mps" and torch.backends.mps.is_available():
         pytest.skip("this machine has MPS")
-    if arg == "--dtype=float16" and torch.cuda.is_available():
-        arg += " --device=cpu"
     extra = ["--value_mode=vanilla"] if arg == "--learnable_lambda" else []
     got = one_line_error(monkeypatch, capsys, *arg.split(), *extra, f"--dataset={data_dir}",
                          f"--out_dir={tmp_path / 'out'}")
