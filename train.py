@@ -303,9 +303,10 @@ def train(cfg, typed=None):
     val_loss_full, n = full_split_loss(raw_model, shards["val"], cfg, autocast, rank, world)
     log({"kind": "final", "val_loss_full": val_loss_full, "val_tokens": n,
          "seconds": time.time() - t_final},
-        f"val loss over the whole validation split ({n:,} tokens): {val_loss_full:.4f}\n"
-        f"{'saved' if iter_num > start_iter else 'kept'} {cfg.out_dir}/ckpt.pt (step "
-        f"{iter_num}); sample from it: python sample.py --out_dir={cfg.out_dir}")
+        f"val loss over the whole validation split ({n:,} tokens): {val_loss_full:.4f}\n" + (
+            f"{'saved' if iter_num > start_iter else 'kept'} {cfg.out_dir}/ckpt.pt (step "
+            f"{iter_num}); sample from it: python sample.py --out_dir={cfg.out_dir}"
+            if iter_num else "no step trained, so no checkpoint"))
     if world > 1:
         dist.destroy_process_group()
     if rank == 0:

@@ -1,6 +1,6 @@
 """Numbers that hold anywhere: a comparison's runs each on a fixed thread count (the same command
 prints the same numbers whatever --jobs), the noise floor (vanilla again with its initial weights
-nudged one float32 rounding step, train.py --nudge) beside every difference, and a campaign's
+nudged one float32 rounding step, python -m lab.nudged) beside every difference, and a campaign's
 committed records (summary.json, log.jsonl; no checkpoint) reused by the same command."""
 import contextlib
 import io
@@ -21,7 +21,8 @@ import configurator
 import prepare
 import train
 from data import DataError
-from lab import analysis, tables
+from lab import analysis, nudged, tables
+from model import GPT, GPTConfig
 from test_compare import data_dir  # noqa: F401 (a fixture: compare's tiny dataset)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,25 +68,31 @@ def test_the_same_command_gives_the_same_numbers_whatever_jobs(tmp_path):
     assert losses[1] == losses[2]  # to the last digit
 
 
-def test_nudge_moves_each_initial_weight_one_rounding_step(data_dir, tmp_path):
-    def initial(nudge):
-        cfg = configurator.defaults(train.SETTINGS, dataset=data_dir, out_dir=str(tmp_path / str(
-            nudge)), n_layer=2, n_head=2, n_embd=16, block_size=16, batch_size=4, max_iters=0,
-            eval_iters=1, device="cpu", nudge=nudge, value_mode="vanilla")
-        with contextlib.redirect_stdout(io.StringIO()):
-            return train.train(cfg)["model"].state_dict()
+def test_nudge_moves_each_initial_weight_one_rounding_step(monkeypatch):
+    """python -m lab.nudged builds train.py's model with each weight one float32 step up or
+    down, by a fair coin per weight, and hands the rest of its command line to train.py."""
+    config = GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=64)
+    monkeypatch.setattr(train, "GPT", train.GPT)  # restored after the test: main replaces it
+    seen = {}
 
-    plain, nudged = initial(0), initial(1)
+    def fake_main(argv):  # train.py as far as building its model
+        torch.manual_seed(3)
+        seen.update(argv=argv, model=train.GPT(config))
+    monkeypatch.setattr(train, "main", fake_main)
+    nudged.main(["--nudge=1", "--seed=3"])
+    torch.manual_seed(3)
+    plain = dict(GPT(config).named_parameters())
+    assert seen["argv"] == ["--seed=3"]
     ups = total = 0
-    for name, a in plain.items():
-        b = nudged[name]
+    for name, b in seen["model"].named_parameters():
+        a = plain[name].detach()
         up, down = torch.nextafter(a, torch.full_like(a, math.inf)), torch.nextafter(
             a, torch.full_like(a, -math.inf))
         assert bool(((b == up) | (b == down)).all()), name  # exactly one float32 step away
-        assert not torch.equal(a, b), name
         ups, total = ups + int((b == up).sum()), total + a.numel()
     assert 0.4 < ups / total < 0.6  # a fair coin per weight
-    assert initial(0)["lm_head.weight"].equal(plain["lm_head.weight"])  # 0: the run as it was
+    with pytest.raises(configurator.ConfigError, match="takes --nudge=N"):
+        nudged.main(["--nudge=0"])
 
 
 @pytest.fixture(scope="module")
@@ -158,16 +165,11 @@ def test_committed_records_are_reused_without_checkpoints(floored, tmp_path):
     copy = tmp_path / "clone" / "cmp"
     shutil.copytree(out, copy, ignore=shutil.ignore_patterns("*.pt", "train.out", "*.png",
                                                              "results.*"))
-    for summary in copy.glob("*/summary.json"):  # recorded before train.py had a setting
-        record = json.load(open(summary))
-        record["config"]["out_dir"] = record["config"]["out_dir"].replace(str(out), str(copy))
-        if record["config"]["nudge"] == 0:  # as an older record, made before the setting
-            del record["config"]["nudge"]     # existed: it counts at its default
-        json.dump(record, open(summary, "w"))
     fresh = [a if not a.startswith("--out_dir=") else f"--out_dir={copy}" for a in args]
     status, printed = run_compare(fresh)
     assert status == 0, printed
-    assert ": training" not in printed and printed.count("reusing") == 5
+    assert ": training" not in printed and "not reused" not in printed
+    assert json.load(open(copy / "results.json"))["info"]["reused"] == 5
     assert finals(copy) == finals(out)
 
 
