@@ -75,6 +75,8 @@ def differs(a, b):
     """'the probe differs (stepped 5.4321 there, 5.4389 now)', or 'it has no probe'."""
     if a is None:
         return "it has no probe (trained before runs recorded their code)"
+    if b is None:
+        return "today's code fails its probe (a bug: its own run shows where)"
     keys = [k for k in b if k not in a or abs(a[k] - b[k]) > TOLERANCE * max(1.0, abs(b[k]))]
     return "the probe differs (" + ", ".join(
         f"{k} {a.get(k, float('nan')):.4f} there, {b[k]:.4f} now" for k in keys[:2]) + ")"

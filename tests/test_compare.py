@@ -1267,6 +1267,8 @@ def test_the_demo_band_is_the_recorded_seed_spread(tmp_path):
     modes = compare.own_lrs(compare.parse_modes(cfg["modes"]), cfg)
     root = Path(compare.__file__).parent
     cwd = os.getcwd()
+    prepare.prepare(configurator.defaults(prepare.SETTINGS, quiet=True,
+                                          out_root=str(tmp_path / "data")))  # the probe's data
     os.chdir(tmp_path)  # the preset's folders are found in the project, from anywhere
     try:
         today = probe.Probes(str(tmp_path))
