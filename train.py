@@ -406,14 +406,13 @@ def resumed(cfg, typed, ckpt):
     return type(cfg)(**{**saved, **{k: b for k, (_, b) in changes.items()}})
 
 
-def fit_memory(model, cfg, world, device, dtype):
-    """((batch_size, micro-steps, bytes a step needs), a line saying it): on a GPU, batch_size
-    halved (micro-steps doubled: the same tokens per step) until a step fits; too much anywhere is
-    refused, naming the settings to change. The estimate: 16 bytes a parameter (the weights,
-    their gradients, AdamW's two moments), what a forward keeps for the backward (measured on two
-    short sequences: a part per sequence, a part per token), and the logits' gradients."""
+def memory_need(model, block_size, device, dtype):
+    """(bytes a step needs whatever its batch, bytes per token of the batch). Fixed: 16 bytes a
+    parameter (the weights, their gradients, AdamW's two moments). Per token: what a forward
+    keeps for the backward (measured on two short sequences: a part per sequence, a part per
+    token) and the logits' gradients."""
     kept = []
-    for T in (min(cfg.block_size, 32), min(cfg.block_size, 64)):
+    for T in (min(block_size, 32), min(block_size, 64)):
         saved, x = {}, torch.zeros(1, T, dtype=torch.long, device=device)
 
         def pack(t):  # each storage once; the weights stay in memory anyway
@@ -426,9 +425,17 @@ def fit_memory(model, cfg, world, device, dtype):
         kept.append((T, sum(saved.values())))
     (t1, b1), (t2, b2) = kept
     per_token = (b2 - b1) / max(t2 - t1, 1) + 8 * model.config.vocab_size
-    fixed = 16 * sum(p.numel() for p in model.parameters()) + max(b1 - per_token * t1, 0)
-    if device.startswith("cuda"):
-        free = torch.cuda.mem_get_info(device)[0]
+    return 16 * sum(p.numel() for p in model.parameters()) + max(b1 - per_token * t1, 0), per_token
+
+
+def fit_memory(model, cfg, world, device, dtype, gpu_free=None):
+    """((batch_size, micro-steps, bytes a step needs), a line saying it): on a GPU, batch_size
+    halved (micro-steps doubled: the same tokens per step) until a step fits; too much anywhere is
+    refused, naming the settings to change. gpu_free: a GPU's free bytes (lab.memory's GPUs)."""
+    fixed, per_token = memory_need(model, cfg.block_size, device, dtype)
+    on_gpu = gpu_free is not None or device.startswith("cuda")
+    if on_gpu:
+        free = torch.cuda.mem_get_info(device)[0] if gpu_free is None else gpu_free
     else:  # what Linux can hand out; elsewhere, all of the memory there is
         found = re.search(r"MemAvailable:\s+(\d+) kB", open("/proc/meminfo").read()
                           if os.path.exists("/proc/meminfo") else "")
@@ -436,7 +443,7 @@ def fit_memory(model, cfg, world, device, dtype):
             "SC_PAGE_SIZE")
     batch, accum = cfg.batch_size, cfg.gradient_accumulation_steps // world or 1
     need = lambda b: fixed + per_token * b * cfg.block_size  # noqa: E731
-    while device.startswith("cuda") and need(batch) > 0.9 * free and batch % 2 == 0:
+    while on_gpu and need(batch) > 0.9 * free and batch % 2 == 0:
         batch, accum = batch // 2, accum * 2
     line = (f"memory: about {need(batch) / 2**30:.2f} GiB a step ({fixed / 2**30:.2f} of it "
             f"the weights and AdamW), {free / 2**30:.1f} GiB free on {device}" + (

@@ -4,10 +4,12 @@ log, compare.py's runs spread over the GPUs, --plan's commands run by another en
 import contextlib
 import io
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ import compare
 import configurator
 import train
 from lab import gpu_check, runs
+from model import GPTConfig
 from test_compare import TINY, data_dir  # noqa: F401 (a fixture: compare's tiny dataset)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -218,3 +221,77 @@ def test_the_gpu_checks_steps_run_end_to_end_on_a_tiny_model(tmp_path, monkeypat
     printed = capsys.readouterr().out
     assert printed.count("  ok     ") == 8 and "FAILED" not in printed
     assert "cached against uncached logits, float32: largest difference" in printed
+
+
+def test_the_one_gpu_class_preset_runs_end_to_end_at_a_reduced_size(tmp_path, monkeypatch):
+    """config/gpu_class.py as a class runs it (every variant it names, the noise floor, GPT-2's
+    vocabulary), on the CPU at a reduced size: shape, steps and seeds cut, nothing else."""
+    monkeypatch.setattr(gpu_check, "TOKENS", 20_000)
+    dataset = gpu_check.synthetic_dataset(str(tmp_path / "data"))
+    preset = str(ROOT / "config" / "gpu_class.py")
+    status = compare.main([preset, f"--dataset={dataset}", f"--out_dir={tmp_path / 'out'}",
+                           "--seeds=1", "--n_layer=2", "--n_head=2", "--n_embd=16",
+                           "--block_size=32", "--batch_size=4", "--max_iters=4",
+                           "--warmup_iters=1", "--eval_interval=2", "--eval_iters=1",
+                           "--analysis_samples=2", "--compile=False", "--device=cpu"])
+    assert status == 0
+    results = json.load(open(tmp_path / "out" / "results.json"))
+    named = configurator.read_preset(preset)["modes"].split(",")
+    assert set(named) | {"vanilla:nudge=1"} == set(results["modes"])
+    assert all(math.isfinite(r["val_loss_mean"]) for r in results["modes"].values())
+
+
+def test_a_batch_too_big_for_the_gpu_is_halved_keeping_the_tokens_per_step():
+    """On a GPU (its free memory given, as lab.memory gives a T4's), batch_size halves and the
+    micro-steps double until a step fits in 90% of it; where even the smallest batch cannot fit,
+    one line names the settings to change. The estimate grows with the batch, by the tokens."""
+    config = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=64, vocab_size=320)
+    model = train.GPT(config)
+    cfg = configurator.defaults(train.SETTINGS, batch_size=32, block_size=64,
+                                gradient_accumulation_steps=2)
+    fixed, per_token = train.memory_need(model, 64, "cpu", "float32")
+    assert fixed >= 16 * model.num_params() and per_token > 8 * 320  # logits' gradients alone
+    roomy = train.fit_memory(model, cfg, 1, "cpu", "float32", gpu_free=2**34)
+    assert roomy[0][:2] == (32, 2) and "does not fit" not in roomy[1]
+    free = (fixed + per_token * 8 * 64) / 0.9 + 1  # room for 8 sequences, not for 16
+    (batch, accum, need), line = train.fit_memory(model, cfg, 1, "cpu", "float32", gpu_free=free)
+    assert (batch, accum) == (8, 8) and need <= 0.9 * free
+    assert "batch_size 32 does not fit: 8 x 8 micro-steps instead, the same tokens per step" in line
+    with pytest.raises(configurator.ConfigError, match="too much; use a smaller --batch_size"):
+        train.fit_memory(model, cfg, 1, "cpu", "float32", gpu_free=fixed / 2)
+
+
+def test_a_run_that_cannot_fit_is_refused_in_one_line_before_it_starts(data_dir, tmp_path,
+                                                                        capsys):
+    """More memory than this machine has: one line with the fix, before any evaluation and with
+    nothing written in out_dir (here on the CPU, where nothing is halved)."""
+    with pytest.raises(configurator.ConfigError) as refused:
+        train.main([f"--dataset={data_dir}", f"--out_dir={tmp_path / 'out'}", "--n_layer=2",
+                    "--n_head=2", "--n_embd=16", "--block_size=64", "--batch_size=2000000",
+                    "--device=cpu"])
+    message = str(refused.value)
+    assert message.startswith("memory: about ") and "free on cpu: too much; use a smaller " \
+        "--batch_size or --block_size" in message and "\n" not in message
+    assert capsys.readouterr().out == "" and not (tmp_path / "out" / "log.jsonl").exists()
+
+
+def test_the_first_step_compiling_is_not_counted_into_the_first_log_line(data_dir, tmp_path,
+                                                                        monkeypatch):
+    """torch.compile makes the first step take minutes: the first log line's ms/step, tok/s, MFU
+    and ETA time the steps after it (nanoGPT skips its first iterations likewise)."""
+    real, calls = train.training_step, []
+
+    def slow_first(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(1.0)  # as compiling does
+        return real(*args)
+    monkeypatch.setattr(train, "training_step", slow_first)
+    out = tmp_path / "out"
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main([f"--dataset={data_dir}", f"--out_dir={out}", "--n_layer=1", "--n_head=2",
+                    "--n_embd=16", "--block_size=16", "--batch_size=2", "--max_iters=4",
+                    "--log_interval=2", "--eval_interval=4", "--eval_iters=1", "--device=cpu"])
+    steps = [r for r in map(json.loads, open(out / "log.jsonl")) if r["kind"] == "train"]
+    assert [r["iter"] for r in steps] == [2, 4] and len(calls) == 4
+    assert steps[0]["ms_per_step"] < 400  # counted in, the sleep alone would make it 500 or more
