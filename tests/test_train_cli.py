@@ -109,6 +109,31 @@ def test_an_occupied_out_dir_is_refused_unless_overwrite(data_dir, tmp_path):
     assert len(records(out, "config")) == 1  # a fresh log for the fresh run
 
 
+def test_an_overwrite_stopped_before_its_first_checkpoint_leaves_the_old_run(data_dir, tmp_path,
+                                                                               monkeypatch):
+    """--overwrite keeps the old checkpoint and log until the new run writes its first
+    checkpoint: Ctrl-C (or a crash) before that leaves the old run whole, still resumable."""
+    out = str(tmp_path / "run")
+    args = TINY + [f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=4",
+                   "--eval_interval=2"]
+    train.main(args)
+    old = {name: open(os.path.join(out, name), "rb").read() for name in ("ckpt.pt", "log.jsonl")}
+    real, calls = train.training_step, []
+
+    def interrupted(*a):
+        calls.append(1)
+        if len(calls) == 2:  # the new run's second step: before its first checkpoint (step 2)
+            raise KeyboardInterrupt
+        return real(*a)
+    monkeypatch.setattr(train, "training_step", interrupted)
+    with pytest.raises(KeyboardInterrupt, match=r"ckpt.pt \(step 4\) is kept"):
+        train.main(args + ["--overwrite", "--seed=7"])
+    assert all(open(os.path.join(out, name), "rb").read() == old[name] for name in old)
+    monkeypatch.setattr(train, "training_step", real)
+    train.main(args + ["--resume", "--max_iters=6"])  # the old run goes on
+    assert records(out, "train")[-1]["iter"] == 6
+
+
 def test_resume_on_data_that_changed_is_refused(tmp_path, capsys):
     """Other text prepared under the run's dataset name: --resume refuses it in one line with
     both sizes; the original text prepared again (the same shards) resumes."""
