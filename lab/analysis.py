@@ -118,12 +118,13 @@ def verdict(stats, floor=None):
         return f"below vanilla, beyond noise ({beyond(stats, hi < 0, 'lower')})"
     if lo > 0 or stats["p_higher"] <= 0.05:
         return f"above vanilla, beyond noise ({beyond(stats, lo > 0, 'higher')})"
-    return "not distinguishable from vanilla (the 95% interval includes 0)"
+    return "not distinguishable from vanilla (the 95% interval includes 0; the signs could be " \
+           "chance)"
 
 
 def beyond(stats, by_interval, side):
     """What says a difference is beyond noise: the interval, the sign test, or both."""
-    k = stats["wins"] if side == "lower" else stats["n"] - stats["wins"]
+    k = stats["wins"] if side == "lower" else sum(d > 0 for d in stats["differences"])
     p = stats["p_lower"] if side == "lower" else stats["p_higher"]
     sign = f"{side} on {k} of {stats['n']} seeds: chance alone, 1 in {1 / p:.0f}"
     return ("the 95% interval excludes 0; " + sign) if by_interval and p <= 0.05 else (

@@ -1321,3 +1321,55 @@ def test_compares_traps_for_a_student(data_dir, tmp_path, capsys):
     assert planned.count("python train.py") == len(compare.SETTINGS["modes"][0].split(",")) * len(
         compare.parse_seeds(compare.SETTINGS["seeds"][0])) and planned.count(
         "python -m lab.nudged") == 1
+
+
+def test_the_sign_test_speaks_where_one_seed_widens_the_interval():
+    """Lower on 8 of 8 seeds, one of them far lower: the t interval includes 0, the signs do
+    not (1 in 256 by chance); 7 of 8 is 1 in 28; 6 of 8 (1 in 7) is no result; a mean within
+    the rounding floor is none whatever its signs."""
+    skewed = analysis.paired_stats([-0.01] * 7 + [-1.0])
+    assert skewed["interval"][1] > 0 and skewed["p_lower"] == 1 / 256
+    assert analysis.verdict(skewed, floor=0.002) == (
+        "below vanilla, beyond noise (lower on 8 of 8 seeds: chance alone, 1 in 256)")
+    seven = analysis.paired_stats([-0.05] * 7 + [0.01])
+    assert analysis.verdict(seven, 0.002) == ("below vanilla, beyond noise (the 95% interval "
+                                              "excludes 0; lower on 7 of 8 seeds: chance "
+                                              "alone, 1 in 28)")
+    six = analysis.paired_stats([-0.05] * 6 + [0.08, 0.09])
+    assert analysis.verdict(six, 0.002).startswith("not distinguishable from vanilla")
+    higher = analysis.paired_stats([0.03] * 7 + [0.0])  # a tie counts as neither
+    assert analysis.verdict(higher, 0.002).endswith("higher on 7 of 8 seeds: chance alone, "
+                                                    "1 in 28)")
+    assert analysis.verdict(skewed, floor=0.2).startswith("within the rounding floor")
+
+
+def test_a_calibration_folder_that_is_not_there_is_an_error_not_ignored(data_dir, tmp_path):
+    """--calibration names folders of compare.py runs: a misspelt one (or one not committed) is
+    one line naming it, before anything trains; never a demo quietly without its band."""
+    with pytest.raises(ConfigError, match=r"--calibration=docs/results/no_such: no comparison "
+                                          r"there \(no results.json\)"):
+        compare.main(TINY + [f"--dataset={data_dir}", f"--out_dir={tmp_path / 'out'}",
+                             "--seeds=1", "--calibration=docs/results/no_such"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_demo_seed_outside_its_calibration_is_said_in_bold_and_the_table_cell():
+    """One seed whose difference falls outside the calibration's range (as 1 in 11 seeds does
+    against 20 others): said in bold where its difference is given, and in the table's cell;
+    what held on every seed counts this seed too."""
+    cal = {"seeds": [1, 2, 3], "folder": "docs/results/cal", "machines": ["CPU A"]}
+    compared = {name: {"paired": analysis.paired_stats([d]), "band_source": "seeds",
+                       "band": [-0.3, -0.1], "band_seeds": [1, 2, 3], "kv_cache_bytes_per_token":
+                       256, "calibration": {"final": [-0.3, -0.2, -0.1]}}
+                for name, d in (("svformer", -0.45), ("resformer", -0.2))}
+    results = {"vanilla": {"kv_cache_bytes_per_token": 256}, **compared}
+    info = {"seeds": [1337], "calibration": cal, "steps": 250, "hardware": "CPU A"}
+    text = tables.one_seed_verdict(results, compared, info, 0.002, "byte")
+    assert ("- svformer: -0.450; on the other seeds -0.300 to -0.100: **this seed's difference "
+            "is outside the other 3 seeds' range: one seed is one draw**") in text
+    assert "- resformer: -0.200; on the other seeds -0.300 to -0.100\n" in text
+    assert "What held on all 4 seeds, at 250 steps: svformer: a final loss lower than " \
+           "vanilla's; resformer: a final loss lower than vanilla's." in text
+    assert tables.one_seed_cell(compared["svformer"]) == ("outside the other 3 seeds' range: "
+                                                          "one seed is one draw")
+    assert tables.one_seed_cell(compared["resformer"]) == "inside the other 3 seeds' range"

@@ -223,3 +223,27 @@ def test_a_run_on_another_thread_count_is_refused_not_mixed_in(floored):
     out, args, _ = floored
     with pytest.raises(DataError, match="trained on 1 thread, which rounds differently"):
         run_compare(args + ["--threads=2"])
+
+
+def test_the_probe_sees_an_edit_to_the_model_and_not_another_thread_count(data_dir,
+                                                                            monkeypatch):
+    """The probe of a run's settings: the same code on another thread count gives it at the
+    printed precision; RMSNorm in place of LayerNorm (a student's everyday edit) moves it."""
+    from lab import probe
+    settings = {**{k: spec[0] for k, spec in train.SETTINGS.items()}, "dataset": data_dir,
+                "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32, "max_iters": 100}
+    today = probe.probe(settings)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2 if threads == 1 else 1)
+    try:
+        assert probe.same(probe.probe(settings), today)
+    finally:
+        torch.set_num_threads(threads)
+
+    class RMSNorm(torch.nn.RMSNorm):
+        def __init__(self, n, bias=False):
+            super().__init__(n)
+    monkeypatch.setattr(torch.nn, "LayerNorm", RMSNorm)
+    edited = probe.probe(settings)
+    assert not probe.same(edited, today)
+    assert probe.differs(today, edited).startswith("the probe differs (")
