@@ -148,13 +148,17 @@ def command(cfg, run_dir):
 
 def by_other_code(run_dir, today, force=False):
     """Why the run in run_dir is not today's code's (its probe, in summary.json or probe.json,
-    differs from today's), or None; force: reused all the same (said in results.md)."""
-    for name in ("summary.json", "probe.json", "ckpt.pt"):  # (a checkpoint alone: no probe)
-        path = os.path.join(run_dir, name)
-        if os.path.isfile(path):
-            theirs = None if name == "ckpt.pt" else json.load(open(path)).get("probe")
-            return None if force or probes.same(theirs, today) else probes.differs(theirs, today)
-    return None
+    differs from today's), or None; force: reused all the same (said in results.md). A folder
+    with neither a summary nor a checkpoint holds nothing to reuse (a run that failed at once):
+    None, and it trains again in place, its train.out keeping the failed attempt."""
+    summary, probe = (os.path.join(run_dir, name) for name in ("summary.json", "probe.json"))
+    if os.path.isfile(summary):
+        theirs = json.load(open(summary)).get("probe")
+    elif os.path.isfile(os.path.join(run_dir, "ckpt.pt")):  # a checkpoint alone: no probe
+        theirs = json.load(open(probe)).get("probe") if os.path.isfile(probe) else None
+    else:
+        return None
+    return None if force or probes.same(theirs, today) else probes.differs(theirs, today)
 
 
 def set_aside(run_dir, why):
