@@ -4,8 +4,9 @@ variant of each folder one run is trained again (its first seed, beside it as <r
 at a time), and only where every logged loss and the whole-split loss equal the record's to the
 last digit are all of that variant's summaries stamped. With --steps=N the run again is stopped
 after step N and its first N steps' losses (every evaluation and log line) are compared instead:
-the same test of the code, in a fraction of the time, without the final whole-split loss. Another kind of CPU prints other digits: run it on the CPU that
-trained the records (their summaries name it). Says per variant what it found."""
+the same test of the code, in a fraction of the time, without the final whole-split loss.
+Another kind of CPU prints other digits: run it on the CPU that trained the records (their
+summaries name it). Says per variant what it found."""
 import json
 import os
 import shutil
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from configurator import run_main
+from configurator import ConfigError, run_main
 
 from .probe import Probes
 from .runs import ROOT, command, read_log, write_json
@@ -75,9 +76,12 @@ def judge(process, today, runs, check, steps):
 
 
 def main(argv):
-    steps = [int(a.split("=", 1)[1]) for a in argv if a.startswith("--steps=")]
+    steps = [a.split("=", 1)[1] for a in argv if a.startswith("--steps=")]
+    if steps and not steps[-1].isdigit():
+        raise ConfigError(f"--steps={steps[-1]}: a whole number of steps, such as --steps=300")
+    steps = [int(n) for n in steps]
     stamp([folder.rstrip(os.sep) for folder in argv if not folder.startswith("--")],
-          steps=steps[0] if steps else None)
+          steps=steps[-1] if steps else None)
 
 
 if __name__ == "__main__":
