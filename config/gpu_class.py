@@ -2,7 +2,7 @@
 # value embeddings on 3 seeds, plus the noise floor (16 runs), on GPT-2 tokens of FineWeb-Edu:
 #   python prepare.py --dataset=fineweb_edu --tokenizer=gpt2 --max_tokens=100000000
 #   python compare.py config/gpu_class.py
-# (The README's fast route fetches pre-tokenised shards instead.) 6 layers x 384 wide: 10.6M
+# 6 layers x 384 wide: 10.6M
 # parameters beside 19.3M of token embedding (value embeddings add 6 tables: 116M more), windows
 # of 512 tokens, 64 x 512 = 32,768 tokens a step, 1,500 steps = 49M tokens a run (90M train
 # tokens: none seen twice). All variants at one peak lr, untuned: the paper's protocol (a fair
