@@ -22,10 +22,10 @@ from torch.utils.benchmark import Measurement, Timer
 
 import data
 from configurator import ConfigError, parse_args, plural, run_main, setup_device
-from lab.analysis import sizes
+from lab.analysis import gpu_peak_flops, mfu, sizes
 from lab.grid import parse_list
 from model import GPT, VALUE_MODES, GPTConfig, KVCache
-from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, gpu_peak_flops, training_step
+from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, training_step
 
 # train.py's settings a timing does not use: a preset may set them (config/*.py work as they are)
 # and they are ignored; the command line refuses them
@@ -65,8 +65,8 @@ def resolve(cfg):
     cfg = dict(cfg)
     cfg["seq_len"] = cfg["seq_len"] or cfg["block_size"]
     if not cfg["vocab_size"]:  # as train.py pads them: 257 bytes -> 320, GPT-2's 50257 -> 50304
-        vocab = data.ByteTokenizer.vocab_size if cfg["dataset"].endswith("_byte") else 50257
-        cfg["vocab_size"] = -(-vocab // 64) * 64
+        cfg["vocab_size"] = data.padded_vocab({"vocab_size": data.ByteTokenizer.vocab_size if
+                                               cfg["dataset"].endswith("_byte") else 50257})
     if cfg["seq_len"] > cfg["block_size"]:
         raise ConfigError(f"seq_len {cfg['seq_len']} exceeds block_size {cfg['block_size']}")
     cfg["parts"], cfg["modes"] = parse_list(cfg["parts"]), parse_list(cfg["modes"])
@@ -168,8 +168,7 @@ def bench_train(cfg, device, dtype, autocast):
         r["step_ms"] = [1000 * t for t in measured.times]
         r["ms_per_step"] = 1000 * measured.median
         r["tokens_per_s"] = B * T * micro_steps / (r["ms_per_step"] / 1000)
-        r["mfu"] = (raws[mode].estimate_mfu(r["tokens_per_s"], peak_flops)
-                    if peak_flops else None)
+        r["mfu"] = mfu(raws[mode], T, r["tokens_per_s"], peak_flops) if peak_flops else None
     return {"batch_size": B, "seq_len": T, "accumulation": micro_steps, "steps": cfg["train_steps"],
             "warmup_steps": cfg["warmup_steps"], "compile": cfg["compile"],
             "peak_flops": peak_flops, "modes": results}

@@ -29,8 +29,6 @@ and (with matplotlib) pictures to out_dir.
 """
 import collections
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -112,11 +110,6 @@ def main(argv):
     root = cfg["out_dir"]
     os.makedirs(root, exist_ok=True)
     data_dir = data.dataset_dir(cfg["dataset"])
-    if cfg["dataset"] == TRAIN_SETTINGS["dataset"][0] and not os.path.exists(
-            os.path.join(data_dir, "meta.json")):  # once, not once per run
-        prepare_py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prepare.py")
-        if subprocess.run([sys.executable, prepare_py, "--quiet"]).returncode != 0:
-            raise data.DataError("python prepare.py failed (see above); run it to see why")
     unit = "byte" if data.load_meta(data_dir)["tokenizer"] == "byte" else "token"  # the loss's
     data.list_shards(data_dir, "train")  # the data's problems in one line now, not once per run
     today = Probes(root, cfg["reuse_other_code"])  # what today's code computes, per setting

@@ -44,8 +44,8 @@ def read_preset(path, seen=()):
 
 def typed(key, value, spec):
     """value as its setting's type and within its limits, or one line saying what it takes."""
-    default, meaning, *limits = spec
-    kind, (low, high) = type(default), limits[0] if limits else (None, None)
+    (default, meaning, *limits), kind = spec, type(spec[0])
+    low, high = limits[0] if limits else (None, None)
     try:
         if kind is bool and str(value).lower() not in ("true", "false") or (
                 kind is int and isinstance(value, float)):
@@ -105,8 +105,8 @@ def setup_device(device="auto", dtype="auto"):
                           f"({torch.cuda.device_count()} CUDA GPUs here) or mps")
     # is_bf16_supported() alone also says yes where bf16 is only emulated (slowly: T4, V100)
     bf16 = kind == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
-    dtype = ("bfloat16" if bf16 else "float16" if kind == "cuda" else "float32") if dtype == "auto" \
-        else dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if bf16 else "float16" if kind == "cuda" else "float32"
     if dtype == "bfloat16" and kind == "cuda" and not bf16:
         raise ConfigError("--dtype=bfloat16: this GPU has no native bfloat16; use float16 or auto")
     if dtype not in ("float32", "bfloat16", "float16"):  # (float16 on a CPU: slow, but it runs)
@@ -118,7 +118,7 @@ def setup_device(device="auto", dtype="auto"):
 
 def run_main(main):
     """A script's `__main__`: main(argv), its int result the exit status. A user's mistake
-    (UserError, a full disk) is one line, exit 1; Ctrl-C exits 130; any other error: a traceback."""
+    (UserError, a full disk, GPU memory) is one line, exit 1; Ctrl-C 130; a bug: a traceback."""
     try:
         status = main(sys.argv[1:])
     except UserError as e:
@@ -132,8 +132,11 @@ def run_main(main):
     except BrokenPipeError:  # a reader that left early (`train.py --help | head`): quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
-    except Exception as e:  # a full disk, also where torch.save wraps the OSError in its own
-        full = e
+    except Exception as e:
+        if type(e).__name__ == "OutOfMemoryError":  # torch's, on a GPU
+            sys.exit("error: out of GPU memory: use a smaller --batch_size and a larger "
+                     "--gradient_accumulation_steps (the same tokens per step)")
+        full = e  # a full disk, also where torch.save wraps the OSError in its own
         while full is not None and getattr(full, "errno", 0) not in (errno.ENOSPC, errno.EDQUOT):
             full = full.__cause__ or full.__context__
         if full is None:

@@ -1,4 +1,4 @@
-"""The files every script shares: token shards, datasets, tokenizers, batches and checkpoints.
+"""The files every script shares: token shards, datasets, tokenizers, batches, checkpoints, logs.
 
 A dataset is a folder data/<name>/ holding meta.json (the tokenizer, and each shard's file, split,
 token count and sha256) and the shards it names, or llm.c's shards alone. A shard is in llm.c's
@@ -15,13 +15,13 @@ import os
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from configurator import UserError, plural
 
 DATA_ROOT = "data"
 DEFAULT_DATASET = "shakespeare_byte"  # train.py's default: what `python prepare.py` writes
 CHECKPOINT_FORMAT = "value-residual-gpt/2"  # train.py writes it; load_checkpoint checks it
-HEADER_INTS = 256  # the header: 256 int32 = 1024 bytes
 HEADERS = {(20240520, 1): np.dtype("<u2"), (20240801, 7): np.dtype("<u4")}  # (magic, version)
 
 
@@ -49,7 +49,7 @@ class ByteTokenizer:
         return self.token_bytes(ids).decode("utf-8", "replace")
 
 
-class TiktokenTokenizer:
+class TiktokenTokenizer(ByteTokenizer):
     def __init__(self, enc):
         self.enc, self.name, self.vocab_size, self.eot = enc, enc.name, enc.n_vocab, enc.eot_token
 
@@ -69,9 +69,6 @@ class TiktokenTokenizer:
             with contextlib.suppress(KeyError):
                 parts.append(self.enc.decode_single_token_bytes(i))
         return b"".join(parts)
-
-    def decode(self, ids):
-        return self.token_bytes(ids).decode("utf-8", "replace")
 
 
 def tiktoken_encoding(name):
@@ -98,6 +95,12 @@ def get_tokenizer(name):
                         f"to a copy of that cache, or use --tokenizer=byte") from None
 
 
+def padded_vocab(meta):
+    """The model's vocabulary for a dataset: its tokenizer's, rounded up to a multiple of 64 for
+    faster matmuls (GPT-2's 50,257 to 50,304; the extra rows are never a target)."""
+    return -(-meta["vocab_size"] // 64) * 64
+
+
 # ---- a shard: writing and reading ----
 
 def shard_dtype(vocab_size):
@@ -107,7 +110,7 @@ def shard_dtype(vocab_size):
 def write_shard(path, tokens, vocab_size):
     """Writes tokens as a shard (whole or not at all); returns its sha256."""
     dtype = shard_dtype(vocab_size)
-    header = np.zeros(HEADER_INTS, dtype="<i4")
+    header = np.zeros(256, dtype="<i4")
     header[:3] = *next(h for h, d in HEADERS.items() if d == dtype), len(tokens)
     body = header.tobytes() + np.ascontiguousarray(tokens, dtype=dtype).tobytes()
     with atomic_write(path) as f:
@@ -117,21 +120,26 @@ def write_shard(path, tokens, vocab_size):
 
 def read_shard(path, vocab_size=None):
     """A shard's tokens (ours or llm.c's), memory-mapped, with its header checked."""
-    size = os.path.getsize(path)
-    header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
-    if len(header) < HEADER_INTS or (int(header[0]), int(header[1])) not in HEADERS:
+    size, header = os.path.getsize(path), np.fromfile(path, dtype="<i4", count=256)
+    if len(header) < 256 or (int(header[0]), int(header[1])) not in HEADERS:
         raise DataError(f"{path} is not a token shard (no llm.c header): delete it and run "
                         f"prepare.py again")
     dtype, n = HEADERS[int(header[0]), int(header[1])], int(header[2])
-    if n <= 0 or size != HEADER_INTS * 4 + n * dtype.itemsize:
+    if n <= 0 or size != 1024 + n * dtype.itemsize:
         raise DataError(f"{path}: its header says {n:,} tokens but the file has {size:,} bytes "
                         f"(truncated?): run prepare.py again")
-    tokens = np.memmap(path, dtype=dtype, mode="r", offset=HEADER_INTS * 4, shape=(n,))
+    tokens = np.memmap(path, dtype=dtype, mode="r", offset=1024, shape=(n,))
     # a cheap check that the model can read these ids: the first million tokens
     if vocab_size is not None and int(tokens[:1 << 20].max()) >= vocab_size:
         raise DataError(f"{path}: token id {int(tokens[:1 << 20].max())} >= vocab size "
                         f"{vocab_size}: made with another tokenizer? run prepare.py again")
     return tokens
+
+
+def window(tokens, start, length):
+    """length + 1 tokens from start, as int64: a model's input (all but the last) and targets
+    (all but the first). The one place a window of a shard is cut."""
+    return torch.from_numpy(tokens[start:start + length + 1].astype(np.int64))
 
 
 # ---- a dataset folder ----
@@ -207,8 +215,7 @@ class Batches:
         rows = []
         for i in torch.randint(self.ends[-1], (self.B,), generator=self.generator).tolist():
             s = bisect.bisect_right(self.ends, i)  # window i starts in shard s
-            start = i - (self.ends[s] - self.windows[s])
-            rows.append(torch.from_numpy(self.shards[s][start:start + self.T + 1].astype("int64")))
+            rows.append(window(self.shards[s], i - (self.ends[s] - self.windows[s]), self.T))
         rows = torch.stack(rows)
         if self.device.startswith("cuda"):  # as nanoGPT: from pinned memory, the copy to the GPU
             rows = rows.pin_memory().to(self.device, non_blocking=True)  # runs beside its work
@@ -218,7 +225,7 @@ class Batches:
         self.generator.manual_seed(self.seed)
 
 
-# ---- writing a file whole, and reading a checkpoint ----
+# ---- files written whole: checkpoints and logs ----
 
 @contextlib.contextmanager
 def atomic_write(path, mode="wb"):
@@ -231,6 +238,30 @@ def atomic_write(path, mode="wb"):
         with contextlib.suppress(OSError):
             os.remove(path + ".tmp")
         raise
+
+
+def save_checkpoint(run, iter_num, model, optimizer, batches):
+    """Called by every process at a step boundary; rank 0 writes all an exact resume needs: the
+    run's record, weights, AdamW's moments, each process's random numbers and batch stream."""
+    run["iter_num"], out_dir = iter_num, run["config"]["out_dir"]
+    mine = {"data": {"generator": batches.generator.get_state()}, "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None}
+    states = [mine] * run["world"]
+    if run["world"] > 1:
+        dist.all_gather_object(states, mine)
+    if int(os.environ.get("RANK", 0)) == 0:
+        with atomic_write(os.path.join(out_dir, "ckpt.pt")) as f:
+            torch.save({**run, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "rank_states": states}, f)
+        write_log(out_dir, run["log"])  # the log of exactly this checkpoint's steps
+
+
+def restore_rng(state, batches):
+    """This process's random numbers and place in its batch stream, from its checkpoint."""
+    batches.generator.set_state(state["data"]["generator"])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 def load_checkpoint(path):
@@ -246,3 +277,10 @@ def load_checkpoint(path):
         raise DataError(f"{path} is not a checkpoint of this version of train.py (format "
                         f"{CHECKPOINT_FORMAT}): train it again")
     return ckpt
+
+
+def write_log(out_dir, entries):
+    """out_dir/log.jsonl, whole: written with each checkpoint and at the end, so an --overwrite
+    keeps the old run's log until its own first checkpoint replaces the old one."""
+    with atomic_write(os.path.join(out_dir, "log.jsonl"), "w") as f:
+        f.writelines(json.dumps(entry) + "\n" for entry in entries)

@@ -9,7 +9,6 @@ A_n: layer n's causal attention; V_n: its values (V_1: the first layer's); E_n[x
 table row for token x (modded-nanogpt, 2024-12-04). The rest is nanoGPT's GPT-2 plus
 grouped-query attention (`n_kv_head`) and a KV cache.
 """
-import inspect
 import math
 from dataclasses import dataclass, fields
 
@@ -318,24 +317,12 @@ class GPT(nn.Module):
         new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, kv_cache))
         return torch.cat([idx] + new, dim=1)
 
-    def estimate_mfu(self, tokens_per_second, peak_flops):
-        """Model FLOPs utilisation (PaLM's count, as nanoGPT): 6 FLOPs per weight a token meets in
-        a matmul, plus attention's 12 L C T, over the hardware's peak. Lookup tables (a value
-        embedding's) multiply nothing, so they do not count."""
-        c = self.config
-        tables = sum(m.weight.numel() for name, m in self.named_modules() if isinstance(
-            m, nn.Embedding) and name not in ("transformer.wte", "transformer.wpe"))
-        flops_per_token = 6 * (self.num_params() - tables) + 12 * c.n_layer * c.n_embd * c.block_size
-        return flops_per_token * tokens_per_second / peak_flops
-
     def parameter_groups(self):
-        """Lists of (name, parameter): "mixing" (MIXING_WEIGHTS), "decay" (2-D), "no_decay"."""
+        """(name, parameter) lists: "mixing" (MIXING_WEIGHTS), "decay" (matrices), "no_decay"."""
         groups = {"decay": [], "no_decay": [], "mixing": []}
         for name, p in self.named_parameters():
-            if p.requires_grad:
-                kind = ("mixing" if name.rpartition(".")[2] in MIXING_WEIGHTS
-                        else "decay" if p.dim() >= 2 else "no_decay")
-                groups[kind].append((name, p))
+            groups["mixing" if name.rpartition(".")[2] in MIXING_WEIGHTS else
+                   "decay" if p.dim() >= 2 else "no_decay"].append((name, p))
         return groups
 
     def mixing_weights(self):
@@ -345,18 +332,16 @@ class GPT(nn.Module):
                 for name, p in self.parameter_groups()["mixing"]}
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, lambda_lr_scale=1.0):
-        """AdamW over parameter_groups(), lr x "lr_scale": lambda_lr_scale for mixing weights, as
-        each scales a layer's values and Adam moves a scalar ~lr per step whatever its gradient."""
-        groups = self.parameter_groups()
-        how = {"decay": (weight_decay, 1.0), "no_decay": (0.0, 1.0),
-               "mixing": (0.0, lambda_lr_scale)}
-        param_groups = [{"params": [p for _, p in groups[kind]], "weight_decay": decay,
-                         "lr_scale": scale} for kind, (decay, scale) in how.items()
-                        if groups[kind] or kind != "mixing"]
-        fused = self.lm_head.weight.is_cuda and "fused" in inspect.signature(
-            torch.optim.AdamW).parameters  # one kernel for every tensor's update
-        return torch.optim.AdamW(param_groups, lr=learning_rate, betas=betas,
-                                 **({"fused": True} if fused else {}))
+        """AdamW over parameter_groups(), each at lr x its "lr_scale": a mixing weight scales a
+        layer's values and Adam moves a scalar about lr a step whatever its gradient, so it gets
+        lambda_lr_scale x lr, and no decay (which would pull a mix toward 0)."""
+        groups, decay_and_scale = self.parameter_groups(), {
+            "decay": (weight_decay, 1.0), "no_decay": (0.0, 1.0), "mixing": (0.0, lambda_lr_scale)}
+        return torch.optim.AdamW([{"params": [p for _, p in groups[kind]], "weight_decay": decay,
+                                   "lr_scale": scale} for kind, (decay, scale) in
+                                  decay_and_scale.items() if groups[kind] or kind != "mixing"],
+                                 lr=learning_rate, betas=betas,
+                                 fused=self.lm_head.weight.is_cuda or None)  # one kernel on GPUs
 
 
 def mixing_by_layer(mixing):

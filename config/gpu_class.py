@@ -1,10 +1,10 @@
 # One GPU, one class period: vanilla, ResFormer (lambda = 2, and learnable lambdas), SVFormer and
 # value embeddings on 3 seeds, plus the noise floor (16 runs), on GPT-2 tokens of FineWeb-Edu:
-#   python prepare.py --dataset=fineweb_edu --tokenizer=gpt2 --max_tokens=100000000
+#   python -m lab.fineweb     # 100M train tokens and 10M val tokens (about 220 MB): minutes
 #   python compare.py config/gpu_class.py
 # 6 layers x 384 wide: 10.6M
 # parameters beside 19.3M of token embedding (value embeddings add 6 tables: 116M more), windows
-# of 512 tokens, 64 x 512 = 32,768 tokens a step, 1,500 steps = 49M tokens a run (90M train
+# of 512 tokens, 64 x 512 = 32,768 tokens a step, 1,500 steps = 49M tokens a run (100M train
 # tokens: none seen twice). All variants at one peak lr, untuned: the paper's protocol (a fair
 # comparison first runs --tune). TARGETS, not yet measured (no GPU in our CI): about 2 minutes a
 # run (bf16, compiled, about 600k tokens/s) and 30 minutes in all on one A100-class GPU; one

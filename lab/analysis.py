@@ -5,6 +5,7 @@ model size, the learning-rate search's rules, and the paper's two analysis measu
 (attention entropy, token similarity) with the forward hooks that collect what they need.
 """
 import math
+import re
 
 import numpy as np
 import torch
@@ -290,7 +291,27 @@ def lr_range(mean_loss, within=0.02):
     return {"good_lrs": [good[0], good[-1]], "loss_at_double": at_double}
 
 
-# ---- what a variant costs: parameters, FLOPs, the KV cache ----
+# ---- what a variant costs: parameters, FLOPs, the KV cache; MFU ----
+
+# Dense 16-bit tensor-core peak FLOP/s per GPU, for MFU (a GPU not listed gets none rather than a
+# wrong one), longer names first: an "H100 NVL" is not an SXM "H100".
+GPU_PEAK_FLOPS = {
+    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12, "GH200": 989.4e12,
+    "H100": 989.4e12, "H200": 989.4e12, "A100": 312e12, "A10G": 70e12, "A10": 125e12,
+    "L40S": 362e12, "L4": 121e12, "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12,
+    "V100": 125e12, "T4": 65e12}
+
+
+def gpu_peak_flops(gpu, dtype):
+    """The 16-bit peak of a GPU named like 'NVIDIA H100 80GB HBM3' (a whole word), else None."""
+    return next((flops for name, flops in GPU_PEAK_FLOPS.items() if gpu and dtype != "float32"
+                 and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", gpu)), None)
+
+
+def mfu(model, seq_len, tokens_per_sec, peak_flops):
+    """Model FLOPs utilisation (PaLM's count, as nanoGPT's): the FLOP/s a run achieves per GPU,
+    by sizes()' FLOPs per token, over the GPU's peak."""
+    return sizes(model, seq_len)["flops_per_token"] * tokens_per_sec / peak_flops
 
 def sizes(model, seq_len):
     """Total parameters (without the learned positions, as GPT.num_params), those one token

@@ -19,6 +19,8 @@ import torch
 
 import data
 import train
+from lab import analysis
+from lab.analysis import gpu_peak_flops
 from model import GPT, VALUE_MODES, GPTConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -121,7 +123,12 @@ def gpu_check(preset=PRESET, gpus=None, device="cuda", modes=tuple(VALUE_MODES))
     peak = last.get("peak_memory_gib")
     check("train.py with the preset: trained, the batch fitted to this GPU", ok and trained,
           ms_per_step=last.get("ms_per_step"), settings=config.get("settings"))
-    mfu = last.get("mfu")
+    mfu = None
+    if config and last and gpu_peak_flops(report["device"], config["settings"]["dtype"]):
+        with torch.device("meta"):  # its shape only: the FLOPs a token costs
+            shaped = GPT(GPTConfig.from_dict({**config["settings"], "vocab_size": 50304}))
+        mfu = analysis.mfu(shaped, config["settings"]["block_size"], last["tokens_per_sec"],
+                           gpu_peak_flops(report["device"], config["settings"]["dtype"]))
     hopper_or_ampere = any(g in report["device"] for g in ("A100", "H100", "H200"))
     check(f"MFU {100 * (mfu or 0):.1f}% (target {100 * MFU_TARGET:.0f}% on A100/H100-class GPUs)",
           mfu is None or not hopper_or_ampere or mfu >= MFU_TARGET, mfu=mfu)

@@ -29,7 +29,7 @@ def main(argv):
         for free in GPUS.values():
             try:
                 (batch, accum, need), _ = train.fit_memory(model, cfg, 1, "cpu",
-                                                           "bfloat16", free * 2**30)
+                                                           "bfloat16", free=free * 2**30)
                 cells.append(f"{batch} x {accum} ({need / 2**30:.1f} GiB)")
             except ConfigError:
                 cells.append("does not fit")

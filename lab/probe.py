@@ -41,8 +41,7 @@ def probe(settings):
     amp = (nullcontext(), torch.amp.GradScaler("cpu", enabled=False))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        config = GPTConfig.from_dict({**vars(cfg), "vocab_size": -(-meta["vocab_size"]
-                                                                          // 64) * 64})
+        config = GPTConfig.from_dict({**vars(cfg), "vocab_size": data.padded_vocab(meta)})
         model = GPT(config)
         if config.value_mode != "vanilla":
             train.start_like_vanilla(model, 0)

@@ -39,7 +39,7 @@ def heldout_windows(cfg, n):
     tokens = data.read_shard(data.list_shards(data_dir, "val")[0])
     T = cfg["block_size"]
     starts = np.linspace(0, len(tokens) - T, num=n).astype(np.int64)
-    return torch.stack([torch.from_numpy(tokens[s:s + T].astype(np.int64)) for s in starts])
+    return torch.stack([data.window(tokens, s, T - 1) for s in starts])
 
 
 def read_log(run_dir):

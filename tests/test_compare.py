@@ -191,7 +191,9 @@ def test_what_each_variant_costs(tiny):
     value_embed = GPT.from_checkpoint(ckpt)
     assert m["value_embed"]["num_params"] == value_embed.num_params()
     assert m["value_embed"]["active_params"] == analysis.sizes(value_embed, 16)["active_params"]
-    assert m["value_embed"]["flops_per_token"] == value_embed.estimate_mfu(1, 1)
+    tables = sum(p.numel() for n, p in value_embed.named_parameters() if "value_embed" in n)
+    flops = 6 * (value_embed.num_params() - tables) + 12 * 2 * 16 * 16  # PaLM's: 12 L C T
+    assert m["value_embed"]["flops_per_token"] == flops
     assert m["value_embed"]["active_params"] < m["value_embed"]["num_params"]
     for name in ("vanilla", "resformer", "svformer"):  # no lookup tables: all params active
         assert m[name]["active_params"] == m[name]["num_params"]

@@ -3,6 +3,7 @@ the reader's checks, the train/val split, the sources (the plays, your files, Fi
 and resumed) and the command line. Crash safety (the tmp folder, full disks, kills) is in
 test_prepare_faults.py.  Run: OMP_NUM_THREADS=1 pytest -q tests/test_prepare.py"""
 import hashlib
+import io
 import json
 import lzma
 import os
@@ -20,6 +21,7 @@ import pytest
 import configurator
 import data
 import prepare
+from configurator import ConfigError
 from data import DataError
 
 HERE = Path(__file__).resolve().parent.parent  # the repository root
@@ -115,7 +117,7 @@ def test_header_and_meta(tmp_path):
     assert out == str(tmp_path / "mini_byte")
     meta = json.loads((tmp_path / "mini_byte" / "meta.json").read_text())
     assert set(meta) == {"name", "source", "tokenizer", "vocab_size", "eot", "documents",
-                         "val_fraction", "seed", "max_tokens", "train_tokens", "val_tokens",
+                         "val_fraction", "seed", "train_tokens", "val_tokens",
                          "shards", "seconds", "created"}
     assert ((meta["name"], meta["tokenizer"], meta["vocab_size"], meta["eot"], meta["documents"])
             == ("mini_byte", "byte", 257, 256, 30))
@@ -338,7 +340,7 @@ def test_single_file_val_share(tmp_path, size):
         assert meta["val_tokens"] == int(total * val_fraction)
 
 
-def test_empty_or_too_small_input(tmp_path, monkeypatch):
+def test_empty_or_too_small_input(tmp_path):
     """No text, or not enough for both splits: one DataError line, and no dataset folder."""
     (tmp_path / "empty.txt").write_text("")
     for documents, given in (([], {}), (["", ""], {}),
@@ -348,10 +350,6 @@ def test_empty_or_too_small_input(tmp_path, monkeypatch):
         assert "\n" not in str(e.value)
     with pytest.raises(DataError, match="no input files match"):
         make(tmp_path, input=str(tmp_path / "nothing*.txt"))
-    # FineWeb's stream shorter than its val share: nothing is left for train
-    monkeypatch.setattr(prepare, "fineweb_edu", lambda: iter(["a short web page"] * 3))
-    with pytest.raises(DataError, match=r"too little text .*\(0 \+ 51 tokens\)"):
-        make(tmp_path, dataset="fineweb_edu")
     assert os.listdir(tmp_path) == ["empty.txt"]  # a refused first preparation leaves no folder
 
 
@@ -421,87 +419,54 @@ def test_tiny_shakespeare_as_input_in_gpt2_ids(tmp_path, gpt2, gpt2_encoding):
     assert list(np.concatenate([train, val])) == ids and len(val) == int(len(ids) * 0.1)
 
 
-def fineweb_documents(n=200):
-    return [f"Lesson {i}: photosynthesis turns light into chemical energy. " * (1 + i % 5)
-            for i in range(n)]
+class FakeHub:
+    """urllib's urlopen for the hub's shards (each a small real shard, written in folder), which
+    breaks off after `fail_after` files: the connection lost half way through the next one."""
+
+    def __init__(self, folder, fail_after=None):
+        self.folder, self.fail_after, self.asked = folder, fail_after, []
+
+    def __call__(self, request, timeout=None):  # it ignores Range, as a server may
+        self.asked.append(request.full_url.rsplit("/", 1)[1])
+        path = str(self.folder / "served.bin")
+        data.write_shard(path, np.arange(1000) + len(self.asked), 50257)
+        payload = open(path, "rb").read()
+        broken = self.fail_after is not None and len(self.asked) > self.fail_after
+
+        class Response(io.BytesIO):
+            def read(self, n=-1):
+                if broken and self.tell() >= 500:
+                    raise ConnectionResetError("reset by peer")
+                return super().read(min(n, 500) if broken else n)
+        return Response(payload)
 
 
-def test_fineweb_stand_in(tmp_path, gpt2, monkeypatch):
-    """FineWeb's stream (a stand-in for the hub): val is its first documents until they hold
-    FINEWEB_VAL_TOKENS tokens, train the rest, in shards of at most shard_size that end where a
-    document does; without the datasets package, or offline, one line and nothing left behind."""
-    docs = fineweb_documents()
-    stream = [np.array([50256] + gpt2.encode(d)) for d in docs]  # every document, EOT first
-    real_fineweb_edu = prepare.fineweb_edu
-    monkeypatch.setattr(prepare, "fineweb_edu", lambda: iter(docs))
-    monkeypatch.setattr(prepare, "FINEWEB_VAL_TOKENS", 1501)  # FineWeb's val size, smaller
-    out = make(tmp_path, dataset="fineweb_edu", tokenizer="gpt2", shard_size=1000)
-    assert out == str(tmp_path / "fineweb_edu_gpt2")
-    paths = data.list_shards(out, "train")
-    assert len(paths) > 3 and paths[0].endswith("fineweb_edu_gpt2_train_000000.bin")
-    assert all(len(data.read_shard(p, 50257)) <= 1000 for p in paths)
-    assert all(data.read_shard(p, 50257)[0] == 50256 for p in paths)  # each starts a document
-    train, val = read_split(out, "train", 50257), read_split(out, "val", 50257)
-    lengths = np.cumsum([len(d) for d in stream])
-    first_train = int(np.searchsorted(lengths, 1501))  # val: whole documents up to 1,501 tokens
-    assert len(val) == lengths[first_train] and list(np.concatenate([val, train])) == list(
-        np.concatenate(stream))
-    monkeypatch.setattr(prepare, "fineweb_edu", real_fineweb_edu)
-    monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
-    with pytest.raises(DataError, match="pip install datasets"):
-        make(tmp_path, dataset="fineweb_edu", tokenizer="gpt2")
-
-    def offline(*args, **kwargs):
-        raise ConnectionError("the hub is unreachable")
-    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=offline))
-    with pytest.raises(DataError, match=r"could not stream FineWeb-Edu from the Hugging Face hub "
-                                        r"\(ConnectionError: the hub is unreachable\); offline"):
-        make(tmp_path, dataset="fineweb_edu", tokenizer="gpt2")
-    assert sorted(os.listdir(tmp_path)) == ["fineweb_edu_gpt2"]  # no half-made dataset beside
-    assert sorted(os.listdir(out)) == ["meta.json", os.path.dirname(
-        data.load_meta(out)["shards"][0]["file"])]  # and none inside
-
-
-def test_fineweb_stops_at_max_tokens_and_a_lost_connection_resumes(tmp_path, gpt2, monkeypatch,
-                                                                   capsys):
-    """--max_tokens ends the stream early (val: val_fraction of it); a connection lost half way
-    keeps the shards finished so far, and the same command again reads on from the document
-    after them: the dataset is the one an unbroken run makes, and its documents were streamed
-    (skipped over) but not tokenized again."""
-    docs = fineweb_documents(400)
-    monkeypatch.setattr(prepare, "fineweb_edu", lambda: iter(docs))
-    whole = make(tmp_path / "whole", dataset="fineweb_edu", tokenizer="gpt2", shard_size=500,
-                 max_tokens=10_000)
-    meta = data.load_meta(whole)
-    assert 10_000 <= meta["train_tokens"] + meta["val_tokens"] < 10_000 + 100
-    assert 1000 <= meta["val_tokens"] < 1000 + 100  # val_fraction 0.1 of max_tokens
-    assert meta["documents"] < len(docs)
-
-    def cut_off(after):  # the hub's stream, which breaks after so many documents
-        for i, doc in enumerate(docs):
-            if i == after:
-                raise DataError("could not stream FineWeb-Edu from the Hugging Face hub "
-                                "(ConnectionError: reset by peer); offline, ...")
-            yield doc
-    monkeypatch.setattr(prepare, "fineweb_edu", lambda: cut_off(300))
-    root = tmp_path / "broken"
-    with pytest.raises(DataError, match="reset by peer"):
-        make(root, dataset="fineweb_edu", tokenizer="gpt2", shard_size=500, max_tokens=10_000)
-    kept = list((root / "fineweb_edu_gpt2").glob("shards-*/*.bin"))
-    assert len(kept) > 5 and not (root / "fineweb_edu_gpt2" / "meta.json").exists()
-    encoded = []
-    real = data.TiktokenTokenizer.encode_batch
-    monkeypatch.setattr(data.TiktokenTokenizer, "encode_batch",
-                        lambda self, texts: encoded.extend(texts) or real(self, texts))
-    monkeypatch.setattr(prepare, "fineweb_edu", lambda: iter(docs))
-    capsys.readouterr()
-    out = make(root, dataset="fineweb_edu", tokenizer="gpt2", shard_size=500, max_tokens=10_000)
-    assert "going on after" in capsys.readouterr().err
-    assert docs[0] not in encoded and len(encoded) < meta["documents"]  # not tokenized again
-    for split in ("train", "val"):
-        assert list(read_split(out, split, 50257)) == list(read_split(whole, split, 50257))
-    assert [s["sha256"] for s in data.load_meta(out)["shards"]] == [
-        s["sha256"] for s in meta["shards"]]
+def test_fineweb_downloads_whole_shards_and_goes_on_after_a_lost_connection(tmp_path,
+                                                                            monkeypatch, capsys):
+    """python -m lab.fineweb fetches the val shard and N train shards (the speedrun's, already
+    GPT-2 tokens); a connection lost half way keeps the files finished before it, leaves no half
+    file, and the same command again fetches only the rest; train.py reads the folder as it is
+    (llm.c's shards, no meta.json: GPT-2 tokens), of the val shard only its first VAL_TOKENS."""
+    from lab import fineweb
+    out = tmp_path / "data" / "fineweb_edu_gpt2"
+    hub = FakeHub(tmp_path, fail_after=2)
+    monkeypatch.setattr(fineweb.urllib.request, "urlopen", hub)
+    monkeypatch.setattr(fineweb, "VAL_TOKENS", 300)
+    with pytest.raises(DataError, match=r"could not download finewebedu_train_000002.bin "
+                                        r"\(reset by peer\): the 2 files before it are kept"):
+        fineweb.download(str(out), train_shards=3)
+    assert sorted(os.listdir(out)) == ["finewebedu_train_000001.bin", "finewebedu_val_000000.bin"]
+    hub.fail_after, hub.asked = None, []
+    fineweb.download(str(out), train_shards=3)
+    assert hub.asked == ["finewebedu_train_000002.bin", "finewebedu_train_000003.bin"]
+    assert "next: python train.py --dataset=fineweb_edu_gpt2" in capsys.readouterr().out
+    assert len(data.list_shards(str(out), "train")) == 3 and data.load_meta(str(out))[
+        "tokenizer"] == "gpt2"
+    served = np.arange(1000) + 1  # the first file asked for: the val shard, its first 300 tokens
+    assert list(data.read_shard(str(out / "finewebedu_val_000000.bin"))) == list(served[:300])
+    assert list(data.read_shard(str(out / "finewebedu_train_000003.bin"))) == list(served + 1)
+    with pytest.raises(ConfigError, match="takes only --train_shards=N"):
+        fineweb.main(["3"])
 
 
 def test_the_shipped_plays_are_normalised(tmp_path):
@@ -555,16 +520,16 @@ def assert_one_line_error(r, message):
     (["--val_fraction=abc"], "error: --val_fraction=abc: must be float, like 0.1"),
     (["--val_fraction=2"], "error: --val_fraction=2.0: must be between 0.001 and 0.5"),
     (["--shard_size=1.5"], "error: --shard_size=1.5: must be int, like 100000000"),
-    (["--max_tokens=-5"], "error: --max_tokens=-5: must be at least 0"),
     (["--quiet=maybe"], "error: --quiet=maybe: must be bool, like False"),
     (["--input", "poems.txt"], "error: poems.txt: prepare.py takes only --key=value settings "
                                "(your text: --input=poems.txt)"),
     (["poems.txt"], "error: poems.txt: prepare.py takes only --key=value settings (your text: "
                     "--input=poems.txt)"),
-    (["--dataset=imdb"], "error: --dataset=imdb: choose shakespeare or fineweb_edu, or give "
+    (["--dataset=imdb"], "error: --dataset=imdb: use shakespeare, or give "
                          "your text with --input=PATH"),
-    (["--dataset=tinyshakespeare"], "error: --dataset=tinyshakespeare: choose shakespeare or "
-                                    "fineweb_edu"),  # nanoGPT's file: --input=input.txt
+    # nanoGPT's file is --input=input.txt; FineWeb-Edu comes tokenized (python -m lab.fineweb)
+    (["--dataset=tinyshakespeare"], "error: --dataset=tinyshakespeare: use shakespeare"),
+    (["--dataset=fineweb_edu"], "error: FineWeb-Edu comes tokenized already: python -m lab."),
     (["--tokenizer=gpt3"], "error: unknown tokenizer 'gpt3'"),
     (["--input=missing.txt"], "error: no input files match missing.txt"),
     (["--input=nothing*.txt"], "error: no input files match nothing*.txt"),
@@ -627,22 +592,16 @@ def test_cli_quiet_prints_nothing(tmp_path):
     assert data.load_meta(str(tmp_path / "data" / "poems_byte"))["train_tokens"] > 0
 
 
-def test_train_py_prepares_the_plays_once_on_first_use(tmp_path, monkeypatch, capfd):
-    """train.py (and compare.py) run `prepare.py --quiet` when the default dataset is missing,
-    saying only that it runs, and never while the dataset is there."""
-    import train
+def test_train_py_without_the_plays_names_the_command_that_makes_them(tmp_path, monkeypatch):
+    """train.py prepares nothing itself (nanoGPT's order: prepare, then train): where the default
+    dataset is missing it stops in one line that names python prepare.py, exit 1."""
     monkeypatch.chdir(tmp_path)
-    quick = configurator.defaults(train.SETTINGS, max_iters=0, n_layer=1, n_embd=16, n_head=2,
-                                  device="cpu", block_size=16)
-    train.train(quick)
-    printed = capfd.readouterr().out
-    assert printed.startswith("data/shakespeare_byte is not prepared yet: running python "
-                              "prepare.py (once, offline)\n")
-    assert data.load_meta("data/shakespeare_byte")["train_tokens"] == 4_508_146
-    calls = []
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
-    train.train(configurator.defaults(train.SETTINGS, **{**vars(quick), "overwrite": True}))
-    assert calls == []
+    result = subprocess.run([sys.executable, str(HERE / "train.py"), "--max_iters=0"],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == ("error: no train shards in data/shakespeare_byte: make them with "
+                             "python prepare.py (its --help says how), or name another --dataset\n")
+    assert os.listdir(tmp_path) == []  # nothing made: no out/, no data/
 
 
 # ---------------------------------------------------------------- replacing a dataset

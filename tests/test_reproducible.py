@@ -205,6 +205,7 @@ def test_the_committed_size_curve_table_is_what_its_committed_runs_give(tmp_path
                     ignore=shutil.ignore_patterns("*.pt", "train.out", "*.png", "results.*"))
     monkeypatch.chdir(tmp_path)  # the records name their folders relative to the repository
     monkeypatch.setattr(compare.plots, "write_all", lambda *a, **k: [])
+    prepare.prepare(configurator.defaults(prepare.SETTINGS, quiet=True))  # its probes' data
     command = shlex.split(table["info"]["command"])
     assert command[:2] == ["python", "compare.py"]
     status, printed = run_compare(command[2:])

@@ -5,7 +5,6 @@ torchrun with 2 gloo processes."""
 import collections
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -101,7 +100,7 @@ def test_each_mode_trains_and_writes_log_and_checkpoint(data_dir, tmp_path, mode
     assert ckpt["iter_num"] == 30 and ckpt["model_args"]["value_mode"] == mode
     assert ckpt["tokenizer"] == {"tokenizer": "byte", "vocab_size": 257, "eot": 256}
     assert ckpt["best_val_loss"] == summary["best_val_loss"] == min(e["val_loss"] for e in evals)
-    assert sorted(os.listdir(tmp_path)) == [".lock", "ckpt.pt", "log.jsonl"]  # no .tmp
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "log.jsonl"]  # no .tmp
     # only value embeddings have mixing weights here (a learned value_lambda in every layer)
     mixing = evals[-1].get("mixing")
     if mode == "value_embed":
@@ -200,34 +199,6 @@ def test_ctrl_c_then_resume_ends_on_the_losses_of_an_uninterrupted_run(data_dir,
                                        for k in a["model"])
 
 
-def test_second_run_on_an_out_dir_is_refused_until_the_first_is_gone(data_dir, tmp_path):
-    """The folder is locked while a run trains: a second run is refused (before it would say
-    'already holds a checkpoint'); killed -9, the first leaves no lock behind, and its checkpoint
-    resumes."""
-    out = tmp_path / "out"
-    cfg = tiny_cfg(data_dir, out, max_iters=100_000, lr_decay_iters=0, eval_interval=5,
-                   log_interval=1000)
-    first = subprocess.Popen([sys.executable, "train.py", *as_args(cfg)], cwd=HERE,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.time() + 60
-        while not (out / "ckpt.pt").exists():  # training, and holding the lock
-            assert first.poll() is None and time.time() < deadline, first.communicate()
-            time.sleep(0.05)
-        for second in (cfg, changed(cfg, resume=True), changed(cfg, overwrite=True)):
-            with pytest.raises(ConfigError) as error:
-                train.train(second)
-            assert str(error.value) == (f"{out} is in use by another training run: wait for it, "
-                                        f"stop it, or use another --out_dir")
-    finally:
-        first.kill()  # kill -9: no handler runs, the lock goes with the process
-        first.wait()
-    step = load(out)["iter_num"]
-    train.main([f"--out_dir={out}", "--resume", f"--max_iters={step + 2}"])
-    assert load(out)["iter_num"] == step + 2
-    assert sorted(os.listdir(out)) == [".lock", "ckpt.pt", "log.jsonl"]
-
-
 # ---- what stops a run ----
 
 @pytest.mark.parametrize("where", ["train", "eval"])
@@ -253,7 +224,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path
     saved = load(tmp_path)
     assert saved["iter_num"] == 10 and all(torch.isfinite(v).all() for v in
                                            saved["model"].values() if v.is_floating_point())
-    assert sorted(os.listdir(tmp_path)) == [".lock", "ckpt.pt", "log.jsonl"]
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "log.jsonl"]
 
 
 def test_killed_checkpoint_write_leaves_previous_loadable(data_dir, tmp_path, monkeypatch):
@@ -274,7 +245,7 @@ def test_killed_checkpoint_write_leaves_previous_loadable(data_dir, tmp_path, mo
         train.train(tiny_cfg(data_dir, tmp_path))
     monkeypatch.undo()
     assert saves == [10, 20] and load(tmp_path)["iter_num"] == 10
-    assert sorted(os.listdir(tmp_path)) == [".lock", "ckpt.pt", "log.jsonl"]
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "log.jsonl"]
     assert train.train(tiny_cfg(data_dir, tmp_path, resume=True))["iter"] == 30
     # a half file (what a SIGKILL would leave as ckpt.pt.tmp) is never read as a checkpoint
     (tmp_path / "half.pt").write_bytes(b"PK\x03\x04 half a checkpoint")
@@ -294,7 +265,7 @@ def test_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(data_d
     assert result.returncode == 1 and "step 20: train loss" in result.stdout
     assert result.stderr.startswith("error: no space left on device") and \
         result.stderr.count("\n") == 1, result.stderr[-2000:]
-    assert sorted(os.listdir(out)) == [".lock", "ckpt.pt", "log.jsonl"]
+    assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
     assert load(out)["iter_num"] == 10
 
     fresh = tmp_path / "fresh"
@@ -303,7 +274,7 @@ def test_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(data_d
     with pytest.raises(SystemExit) as stopped:  # run_main: what `python train.py` does with it
         configurator.run_main(lambda argv: train.train(tiny_cfg(data_dir, fresh, max_iters=10)))
     assert str(stopped.value.code).startswith("error: no space left on device")
-    assert sorted(os.listdir(fresh)) == [".lock"]
+    assert os.listdir(fresh) == []
 
 
 def test_a_students_bug_in_model_py_shows_its_traceback(data_dir, tmp_path):
@@ -514,7 +485,7 @@ def test_torchrun_two_processes_gloo(torchrun_straight, tmp_path):
     saved = load(out)
     assert all(torch.equal(weights[0][k], saved["model"][k]) for k in weights[0])
     assert len(saved["rank_states"]) == 2 and sorted(os.listdir(out)) == [
-        ".lock", "ckpt.pt", "log.jsonl"]
+        "ckpt.pt", "log.jsonl"]
     assert [i for i, _ in train_losses(out)] == list(range(1, 31))  # once, not once per process
     assert stdout.count("step 30: train loss") == 1  # only rank 0 prints
     assert "256 tokens/step (8 x 16 x 1 micro-step x 2 processes)" in stdout

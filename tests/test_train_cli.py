@@ -1,7 +1,6 @@
 """Tests for train.py's command line: resume rules, an occupied out_dir, every setting's check
 (one line naming it), the schedule, the whole-split loss, the settings line, errors about the
 data (and that they leave nothing behind)."""
-import ast
 import errno
 import json
 import math
