@@ -94,7 +94,7 @@ def defaults(settings, **values):
 
 def setup_device(device="auto", dtype="auto"):
     """(device, dtype name, autocast): weights stay float32. auto: cuda > mps > cpu; bfloat16 on
-    GPUs that have it natively, float16 on older CUDA GPUs (T4, V100: loss scaling), else float32."""
+    GPUs that have it natively, float16 on older ones (T4, V100: loss scaling), else float32."""
     import torch  # here: prepare.py reads its settings without torch
     cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
     device = ("cuda" if cuda else "mps" if mps else "cpu") if device == "auto" else device

@@ -122,17 +122,12 @@ def estimate_loss(model, batches, eval_iters, autocast):
 
 def train(cfg, given=None):
     """One run; its numbers and model. given: the settings a resume changes (None: every one)."""
-    # Where it runs. Under torchrun every process runs this file (RANK: which one, WORLD_SIZE: how
-    # many, LOCAL_RANK: its GPU); rank 0 writes the files.
+    # Under torchrun every process runs this file (RANK: which one); rank 0 writes the files.
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     ckpt = data.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt")) if cfg.resume else None
     cfg = checked(resumed(cfg, given, ckpt) if ckpt else cfg, world)
     device, dtype, autocast = setup_device(cfg.device, cfg.dtype)
-    if world > 1:
-        if device.startswith("cuda"):
-            device = f"cuda:{os.environ['LOCAL_RANK']}"
-            torch.cuda.set_device(device)
-        dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    device = join_processes(device, world)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     shards, meta, identity = load_data(cfg, ckpt)
 
@@ -198,22 +193,12 @@ def train(cfg, given=None):
             t0, timed_from = time.time(), iter_num
 
     # The final number: the loss over every token of the validation split, each once.
-    t_final = time.time()
-    val_loss_full, n = full_split_loss(raw_model, shards["val"], cfg, autocast, rank, world)
-    log(run, iter_num, {"kind": "final", "val_loss_full": val_loss_full, "val_tokens": n,
-                        "seconds": time.time() - t_final},
-        f"val loss over the whole validation split ({n:,} tokens): {val_loss_full:.4f}\n" + (
-            f"{'saved' if iter_num > start_iter else 'kept'} {cfg.out_dir}/ckpt.pt (step "
-            f"{iter_num}); sample from it: python sample.py --out_dir={cfg.out_dir}"
-            if iter_num else "no step trained, so no checkpoint"))
-    if world > 1:  # every process is done talking before any closes its connections
-        dist.barrier()
-        dist.destroy_process_group()
+    val_loss_full = log_final(run, raw_model, shards["val"], cfg, autocast, iter_num > start_iter)
+    leave_processes(world)
     if rank == 0:
         data.write_log(cfg.out_dir, run["log"])
-    return {"iter": iter_num, "val_loss_full": val_loss_full, "model": raw_model,
-            "evals": [r for r in run["log"] if r["kind"] == "eval"],
-            "best_val_loss": run["best_val_loss"]}
+    return {"iter": iter_num, "val_loss_full": val_loss_full, "model": raw_model, "evals": [
+        r for r in run["log"] if r["kind"] == "eval"], "best_val_loss": run["best_val_loss"]}
 
 
 def main(argv):
@@ -224,7 +209,8 @@ def main(argv):
         path = os.path.join(cfg.out_dir, "ckpt.pt")  # mmap: reads its step, not its weights
         step = os.path.exists(path) and torch.load(path, mmap=True, weights_only=True)["iter_num"]
         raise KeyboardInterrupt(f"{path} (step {step}) is kept: go on with python train.py "
-                                f"--resume --out_dir={cfg.out_dir}" if step else "no checkpoint yet")
+                                f"--resume --out_dir={cfg.out_dir}" if step else
+                                "no checkpoint yet")
 
 
 def given(argv):
@@ -234,6 +220,23 @@ def given(argv):
 
 
 # ---- below: what train() uses, which a first reading can skip ----
+
+def join_processes(device, world):
+    """Under torchrun, this process's device (LOCAL_RANK: its GPU) in the group DDP averages
+    gradients over: NCCL between GPUs, gloo between CPU processes."""
+    if world > 1:
+        if device.startswith("cuda"):
+            device = f"cuda:{os.environ['LOCAL_RANK']}"
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    return device
+
+
+def leave_processes(world):
+    if world > 1:  # every process is done talking before any closes its connections
+        dist.barrier()
+        dist.destroy_process_group()
+
 
 def checked(cfg, world):
     """cfg, its settings checked together (world: torchrun's processes) and by GPTConfig."""
@@ -302,18 +305,25 @@ def fit_memory(model, cfg, world, device, dtype, free=None):
     backward (measured at a short length) and the logits' gradients. On a GPU batch_size is halved
     (micro-steps doubled) until a step fits; too much is refused. free: bytes free (default: the
     GPU's, or what Linux can hand out)."""
-    kept, T = {}, min(cfg.block_size, 64)
+    T = min(cfg.block_size, 64)
 
-    def keep(t):  # each storage once; the weights stay in memory anyway
-        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes() * (
-            not isinstance(t, torch.nn.Parameter))
-        return t
-    x = torch.zeros(1, T, dtype=torch.long, device=device)
-    with torch.random.fork_rng(devices=[]), setup_device(device, dtype)[2], \
-            torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
-        model(x, x)
-    fixed = 16 * sum(p.numel() for p in model.parameters())
-    per_token = sum(kept.values()) / T + 8 * model.config.vocab_size
+    def saved(batch):  # the bytes a forward of batch x T tokens keeps for the backward
+        kept = {}
+
+        def keep(t):  # each storage once; the weights stay in memory anyway
+            kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes() * (
+                not isinstance(t, torch.nn.Parameter))
+            return t
+        x = torch.zeros(batch, T, dtype=torch.long, device=device)
+        with torch.random.fork_rng(devices=[]), setup_device(device, dtype)[2], \
+                torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+            model(x, x)
+        return sum(kept.values())
+    # Per token: the difference of two batches, so what a forward keeps once (under autocast,
+    # the weights cast to 16 bits) counts once, with the weights, not once per token.
+    one, two = saved(1), saved(2)
+    fixed = 16 * sum(p.numel() for p in model.parameters()) + max(2 * one - two, 0)
+    per_token = (two - one) / T + 8 * model.config.vocab_size
     on_gpu = free is not None or device.startswith("cuda")
     meminfo = open("/proc/meminfo").read() if os.path.exists("/proc/meminfo") else "0"
     free = free or (torch.cuda.mem_get_info(device)[0] if on_gpu else 1024 * int(
@@ -340,7 +350,8 @@ def start_run(cfg, ckpt, facts):
         os.makedirs(cfg.out_dir, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"--out_dir={cfg.out_dir}: cannot make that folder ({e.strerror})")
-    if not cfg.resume and os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt")) and not cfg.overwrite:
+    has_ckpt = os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt"))  # an earlier run's
+    if has_ckpt and not cfg.resume and not cfg.overwrite:
         raise ConfigError(f"{cfg.out_dir} already holds a checkpoint: continue it with --resume, "
                           f"or train into another --out_dir (--overwrite replaces it)")
     run = {"format": data.CHECKPOINT_FORMAT, "iter_num": 0, "best_val_loss": float("inf"),
@@ -406,7 +417,8 @@ def log_step(run, iter_num, loss, lr, dt):
                         **({"peak_memory_gib": memory} if memory else {})},
         f"iter {iter_num}/{run['config']['max_iters']}: loss {loss:.4f}, lr {lr:.2e}, "
         f"{1000 * dt:.0f} ms/step, {run['tokens_per_step'] / dt:,.0f} tok/s, "
-        + (f"peak memory {memory:.1f} GiB, " if memory else "") + f"ETA {eta // 60}m{eta % 60:02d}s")
+        + (f"peak memory {memory:.1f} GiB, " if memory else "")
+        + f"ETA {eta // 60}m{eta % 60:02d}s")
 
 
 def stop_if_diverged(run, iter_num, loss):
@@ -417,6 +429,20 @@ def stop_if_diverged(run, iter_num, loss):
         raise ConfigError(f"the loss is not finite at step {iter_num}: stopped; the last good "
                           f"checkpoint is {run['config']['out_dir']}/ckpt.pt (try a lower "
                           f"--learning_rate)")
+
+
+def log_final(run, model, val_shards, cfg, autocast, trained):
+    """The loss over every validation token (each process a share), logged with where the
+    checkpoint is."""
+    t0, it, rank = time.time(), run["iter_num"], int(os.environ.get("RANK", 0))
+    loss, n = full_split_loss(model, val_shards, cfg, autocast, rank, run["world"])
+    log(run, it, {"kind": "final", "val_loss_full": loss, "val_tokens": n,
+                  "seconds": time.time() - t0},
+        f"val loss over the whole validation split ({n:,} tokens): {loss:.4f}\n" + (
+            f"{'saved' if trained else 'kept'} {cfg.out_dir}/ckpt.pt (step {it}); sample from "
+            f"it: python sample.py --out_dir={cfg.out_dir}" if it else
+            "no step trained, so no checkpoint"))
+    return loss
 
 
 @torch.no_grad()

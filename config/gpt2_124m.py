@@ -8,6 +8,14 @@
 # gradient_accumulation_steps is the total per step: under torchrun with N GPUs each rank does
 # 16/N (N must divide 16), so a step stays 524,288 tokens:
 #   torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m.py
+# Memory (python -m lab.memory config/gpt2_124m.py; estimates until measured on the GPU, which
+# bench.py --gpu_check compares): train.py halves batch_size and doubles the micro-steps until a
+# step fits, the same 524,288 tokens a step. batch_size x micro-steps (GiB a step):
+#   GPU                          vanilla (124M)      value_embed (587M)
+#   T4 (16 GB)                   8 x 64 (9.3)        4 x 128 (12.7)
+#   24 GB (L4, A10G, RTX 3090)   16 x 32 (16.4)      8 x 64 (16.5)
+#   A100 40 GB                   32 x 16 (30.8)      16 x 32 (23.9)
+#   80 GB (A100, H100)           32 x 16 (30.8)      32 x 16 (38.8)
 out_dir = "out-gpt2"
 dataset = "fineweb_edu_gpt2"
 batch_size = 32
