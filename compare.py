@@ -43,7 +43,7 @@ from lab.grid import (best_lrs, build_grid, calibrated, calibration_folders, own
                       with_floor)
 from lab.probe import Probes
 from lab.runs import hardware, plan_line, run_grid
-from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, given
+from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, given_settings
 
 COMPARE_SETTINGS = dict(
     modes=("vanilla,resformer:lambda_1=2:lambda_2=1,svformer",
@@ -98,7 +98,7 @@ def main(argv):
             raise ConfigError(f"compare.py takes no {arg}: the same command again reuses finished "
                               f"runs and resumes stopped ones from their checkpoints; to train "
                               f"them afresh, use another --out_dir")
-    if "seed" in given(argv):  # train.py's one seed: here --seeds names every one
+    if "seed" in given_settings(argv):  # train.py's one seed: here --seeds names every one
         raise ConfigError("compare.py takes no seed: --seeds lists the seeds to train "
                           "(--seeds=42 for one, --seeds=42,43,44 for three)")
     cfg = vars(parse_args(SETTINGS, argv, USAGE))
@@ -177,7 +177,8 @@ def main(argv):
             "wall_min": (time.time() - t_start) / 60, "runs": len(unique),
             "reused": sum(1 for s in done.values() if s.get("reused")),
             "other_code": cfg["reuse_other_code"],
-            "given": sorted(given(argv[1:] if argv and argv[0] == DEFAULT_PRESET else argv)),
+            "given": sorted(given_settings(
+                argv[1:] if argv and argv[0] == DEFAULT_PRESET else argv)),
             "escape_loss": cfg["escape_loss"], "unit": unit, "steps": cfg["max_iters"],
             "calibration": calibration and {k: calibration[k] for k in (
                 "folder", "seeds", "command", "unused", "machines")}}

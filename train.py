@@ -60,8 +60,9 @@ SETTINGS = dict(
     dtype=("auto", "auto (bfloat16 on GPUs that have it, float16 on older ones, else float32)"),
     compile=(False, "torch.compile the model (GPU; slow to start)"),
 )
-ACTIONS = ("resume", "overwrite")  # what a command does, not what a run is
+ACTIONS = ("resume", "overwrite")  # settings of a command, not of a run: never saved
 USAGE = "python train.py [config/preset.py ...] [--key=value ...]"
+EVAL_SEED = 1234  # the loss estimates' windows: the same every time, in every run
 
 
 def get_lr(it, cfg):
@@ -71,7 +72,7 @@ def get_lr(it, cfg):
         return cfg.learning_rate * (it + 1) / (warmup + 1)
     if it >= end:
         return cfg.min_lr
-    cosine = 0.5 * (1.0 + math.cos(math.pi * (it - warmup) / (end - warmup)))  # 1 -> 0
+    cosine = 0.5 * (1.0 + math.cos(math.pi * (it - warmup) / (end - warmup)))  # from 1 down to 0
     return cfg.min_lr + cosine * (cfg.learning_rate - cfg.min_lr)
 
 
@@ -111,7 +112,7 @@ def estimate_loss(model, batches, eval_iters, autocast):
     losses = {}
     for split, split_batches in batches.items():
         split_batches.reset()
-        total = torch.zeros((), device=model.lm_head.weight.device)  # summed there: one sync
+        total = torch.zeros((), device=model.lm_head.weight.device)  # on the device: one sync
         for _ in range(eval_iters):
             with autocast:
                 total += model(*split_batches.next())[1].float()
@@ -125,7 +126,7 @@ def train(cfg, given=None):
     # Under torchrun every process runs this file (RANK: which one); rank 0 writes the files.
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     ckpt = data.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt")) if cfg.resume else None
-    cfg = checked(resumed(cfg, given, ckpt) if ckpt else cfg, world)
+    cfg = check_settings(resume_settings(cfg, given, ckpt) if ckpt else cfg, world)
     device, dtype, autocast = setup_device(cfg.device, cfg.dtype)
     device = join_processes(device, world)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
@@ -136,7 +137,7 @@ def train(cfg, given=None):
     torch.manual_seed(cfg.seed)
     raw_model = GPT(config)
     if config.value_mode != "vanilla":
-        start_like_vanilla(raw_model, cfg.seed)  # paired: every shared tensor starts as vanilla's
+        start_like_vanilla(raw_model, cfg.seed)  # so a difference is the mode's, not the draw's
     if ckpt:
         raw_model.load_state_dict(ckpt["model"])
     raw_model.to(device)  # before AdamW: its state lives where the weights do
@@ -151,7 +152,7 @@ def train(cfg, given=None):
         np.random.SeedSequence([cfg.seed, rank]).generate_state(1, np.uint64)[0] >> 1)
     torch.manual_seed(seed)
     batches = data.Batches(shards["train"], batch_size, cfg.block_size, seed, "train", device)
-    eval_batches = {s: data.Batches(shards[s], batch_size, cfg.block_size, 1234, s, device)
+    eval_batches = {s: data.Batches(shards[s], batch_size, cfg.block_size, EVAL_SEED, s, device)
                     for s in shards}
     run = start_run(cfg, ckpt, dict(  # what a checkpoint holds beside the weights
         data=identity, model_args=vars(config), fitted=[batch_size, grad_accum], world=world,
@@ -204,7 +205,7 @@ def train(cfg, given=None):
 def main(argv):
     cfg = parse_args(SETTINGS, argv, USAGE)
     try:
-        train(cfg, given(argv))
+        train(cfg, given_settings(argv))
     except KeyboardInterrupt:  # Ctrl-C: run_main says what is kept and how to go on, exits 130
         path = os.path.join(cfg.out_dir, "ckpt.pt")  # mmap: reads its step, not its weights
         step = os.path.exists(path) and torch.load(path, mmap=True, weights_only=True)["iter_num"]
@@ -213,7 +214,7 @@ def main(argv):
                                 "no checkpoint yet")
 
 
-def given(argv):
+def given_settings(argv):
     """The settings an argv sets, by presets or --key=value (a resume changes only these)."""
     return {k for a in argv if not a.startswith("-") for k in read_preset(a)} | {
         a[2:].partition("=")[0] for a in argv if a.startswith("--")}
@@ -238,7 +239,7 @@ def leave_processes(world):
         dist.destroy_process_group()
 
 
-def checked(cfg, world):
+def check_settings(cfg, world):
     """cfg, its settings checked together (world: torchrun's processes) and by GPTConfig."""
     if cfg.min_lr > cfg.learning_rate:
         raise ConfigError(f"--min_lr={cfg.min_lr}: must be at most learning_rate "
@@ -248,12 +249,13 @@ def checked(cfg, world):
                           f"the total over all processes: it must divide by their number "
                           f"({world}); 0 is one micro-step per process")
     try:
-        return GPTConfig.from_dict(vars(cfg)) and cfg
+        GPTConfig.from_dict(vars(cfg))  # the model's own checks: value modes, heads, sizes
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    return cfg
 
 
-def resumed(cfg, given, ckpt):
+def resume_settings(cfg, given, ckpt):
     """The checkpoint's settings, changed where given; its model's shape and its number of
     processes (each with its own random numbers) cannot change."""
     saved = {**{k: spec[0] for k, spec in SETTINGS.items()}, **ckpt["config"],
@@ -408,9 +410,9 @@ def log_step(run, iter_num, loss, lr, dt):
     if world > 1:
         dist.all_reduce(loss)  # the mean over the processes: all stop alike
         loss /= world
-    loss = loss.item()  # a GPU sync: here only
+    loss = loss.item()  # the one GPU sync of a logged step
     stop_if_diverged(run, iter_num, loss)
-    eta = round(dt * (run["config"]["max_iters"] - iter_num))  # whole seconds: never "5m60s"
+    eta = round(dt * (run["config"]["max_iters"] - iter_num))  # whole seconds, so never "5m60s"
     memory = run["device"].startswith("cuda") and torch.cuda.max_memory_allocated() / 2**30
     log(run, iter_num, {"kind": "train", "loss": loss, "lr": lr, "ms_per_step": 1000 * dt,
                         "tokens_per_sec": run["tokens_per_step"] / dt,
@@ -451,7 +453,7 @@ def full_split_loss(model, shards, cfg, autocast, rank=0, world=1):
     T, B, device = cfg.block_size, cfg.batch_size, model.lm_head.weight.device
     windows = [(tokens, s, min(T, len(tokens) - 1 - s))
                for tokens in shards for s in range(0, len(tokens) - 1, T)]
-    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss, tokens: summed there
+    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss, tokens: on the device
     model.eval()
     for i in range(rank * B, len(windows), world * B):
         batch = windows[i:i + B]

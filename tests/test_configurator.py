@@ -95,7 +95,7 @@ def test_a_preset_builds_on_its_base_and_overrides_it(tmp_path, monkeypatch):
         parse(["config/loop.py"])
     # the settings a preset sets include its bases' (what --resume takes as given)
     train = importlib.import_module("train")
-    assert train.given(["config/mine.py", "--seed=3"]) == {
+    assert train.given_settings(["config/mine.py", "--seed=3"]) == {
         "n_layer", "learning_rate", "compile", "dropout", "seed"}
 
 
