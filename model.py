@@ -237,15 +237,20 @@ class GPT(nn.Module):
     def from_checkpoint(cls, ckpt, device="cpu"):
         """A trained model in eval mode; a checkpoint of another shape or model.py: a ValueError
         of one line that says which tensors differ."""
-        model, theirs = cls(GPTConfig(**ckpt["model_args"])), ckpt["model"]
-        mine = model.state_dict()
+        model = cls(GPTConfig(**ckpt["model_args"]))
+        model.load_weights(ckpt["model"])
+        return model.to(device).eval()
+
+    def load_weights(self, theirs):
+        """load_state_dict, where weights of another shape or model.py are a one-line ValueError
+        that says which tensors differ (not torch's list of every key)."""
+        mine = self.state_dict()
         differ = sorted(set(mine) ^ set(theirs)) + [k for k in mine if k in theirs and
                                                     mine[k].shape != theirs[k].shape]
         if differ:
             raise ValueError(f"it does not fit today's model.py ({', '.join(differ[:3])}"
                              f"{', ...' * (len(differ) > 3)}): other code trained it")
-        model.load_state_dict(theirs)
-        return model.to(device).eval()
+        self.load_state_dict(theirs)
 
     def forward(self, idx, targets=None, all_logits=False, kv_cache=None):
         """(logits, loss): logits of every position given targets or all_logits, else the last's."""

@@ -139,7 +139,7 @@ def train(cfg, given=None):
     if config.value_mode != "vanilla":
         start_like_vanilla(raw_model, cfg.seed)  # so a difference is the mode's, not the draw's
     if ckpt:
-        raw_model.load_state_dict(ckpt["model"])
+        resume_weights(raw_model, ckpt, cfg.out_dir)
     raw_model.to(device)  # before AdamW: its state lives where the weights do
     optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
                                                (cfg.beta1, cfg.beta2), cfg.lambda_lr_scale)
@@ -274,6 +274,14 @@ def resume_settings(cfg, given, ckpt):
     for k, (a, b) in changes.items():
         print(f"resume: {k}: {a!r} -> {b!r}")
     return type(cfg)(**{**saved, **{k: b for k, (_, b) in changes.items()}})
+
+
+def resume_weights(model, ckpt, out_dir):
+    try:
+        model.load_weights(ckpt["model"])
+    except ValueError as e:  # model.py was edited since: a user's choice, not a bug
+        raise ConfigError(f"cannot resume {out_dir}/ckpt.pt: {e}; start a new run in another "
+                          f"--out_dir") from None
 
 
 def load_data(cfg, ckpt):
