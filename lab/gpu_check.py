@@ -31,8 +31,8 @@ MFU_TARGET = 0.45  # GPT-2 small, bf16, compiled, on an A100/H100-class GPU (llm
 
 
 def synthetic_dataset(folder, vocab_size=50257):
-    """TOKENS random ids of GPT-2's vocabulary in llm.c shards: the preset's logits and tables at their
-    real size, with nothing to download."""
+    """TOKENS random ids of GPT-2's vocabulary in llm.c shards: the preset's logits and tables at
+    their real size, with nothing to download."""
     os.makedirs(folder, exist_ok=True)
     rng, shards, tokens = np.random.default_rng(0), [], TOKENS
     for split, n in (("train", tokens), ("val", tokens // 8)):
@@ -48,8 +48,8 @@ def synthetic_dataset(folder, vocab_size=50257):
 
 def run(args, log_dir=None):
     """A user's command (its output shown as it runs); (ok, its log's entries)."""
-    print(f"\n== python {' '.join(os.path.relpath(a, ROOT) if a.startswith(ROOT) else a for a in args)}",
-          flush=True)
+    shown = [os.path.relpath(a, ROOT) if a.startswith(ROOT) else a for a in args]
+    print(f"\n== python {' '.join(shown)}", flush=True)
     ok = subprocess.run([sys.executable, *args], cwd=ROOT).returncode == 0
     path = log_dir and os.path.join(log_dir, "log.jsonl")
     return ok, [json.loads(line) for line in open(path)] if path and os.path.exists(path) else []

@@ -252,7 +252,8 @@ def write_tables(root, results, paper, info, search=None):
         md += search_table(search, info["tune_seeds"])
     if paper and "vanilla" in paper:
         md += ["\n## The paper's protocol: every variant at vanilla's best learning rate\n",
-               "| variant | vanilla val loss | variant val loss | mean diff | 95% interval | wins |",
+               "| variant | vanilla val loss | variant val loss | mean diff | 95% interval "
+               "| wins |",
                "|---|---|---|---|---|---|"]
         md += [f"| {name} | {paper['vanilla']['val_loss_mean']:.4f} | {r['val_loss_mean']:.4f} | "
                f"{r['paired']['mean']:+.4f} | {fmt_interval(r['paired'])} | "
