@@ -467,7 +467,8 @@ def run_recorded(tmp_path, cfg, name):
     script = tmp_path / "recording.py"
     script.write_text(RECORDING.format(here=HERE))
     returncode, stdout, stderr = run_torchrun(str(script), repr(vars(cfg)), str(tmp_path / name))
-    assert returncode == 0, stderr[-3000:]
+    # Where a process died shows at the start of stderr; the launcher's report fills the end.
+    assert returncode == 0, stderr[:3000] + "\n...\n" + stderr[-1500:]
     return stdout, [torch.load(tmp_path / f"{name}{r}.pt") for r in range(2)]
 
 
