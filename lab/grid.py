@@ -14,7 +14,7 @@ from model import VALUE_MODES
 from train import SETTINGS as TRAIN_SETTINGS
 
 from . import probe as probes
-from .analysis import FLOOR, bracketed, crossing, escape, next_lr, paired_stats, round_lr
+from .analysis import FLOOR, crossing, escape, next_lr, paired_stats, round_lr
 from .runs import LAB_SETTINGS, ROOT, final_loss, finished, run_grid
 
 # a variant's name: a value mode of model.py, then optional _learnable and _kvN shorthands

@@ -1,7 +1,6 @@
 """Tests for bench.py: a tiny CPU run completes in seconds and its JSON holds every field; any
 subset of model.py's value modes runs; every impossible setting is a one-line error.
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_bench.py"""
-import ast
 import json
 import os
 import re

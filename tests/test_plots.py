@@ -4,15 +4,9 @@ import os
 
 import numpy as np
 import pytest
-import torch
 
-import compare
-import configurator
-import prepare
-from data import CHECKPOINT_FORMAT
 from lab import plots
 from lab.analysis import FLOOR
-from model import GPT, GPTConfig
 
 pytest.importorskip("matplotlib")
 
