@@ -1,10 +1,11 @@
 # compare.py's default: a deep, narrow byte-level model on Shakespeare's plays (python prepare.py),
 # 250 steps on 8 seeds: vanilla, the paper's lambda = 2 mix (U = A (V_n + 2 V_1)) and SVFormer,
 # each at its own best peak lr (8.5e-3 for all three: a search on four seeds used for nothing
-# else, its best inside the grid; docs/RESULTS.md), about 21 minutes on 2 cores. Short runs on
-# many seeds, not long ones on few: on three seeds a t-interval turned one seed's rounding into
-# the opposite verdict on another CPU, while the sign over 8 seeds holds (docs/RESULTS.md, "The
-# default comparison"). Whether a gain lasts: --max_iters=2400 (docs/results/size_curve). The
+# else, its best inside the grid; docs/RESULTS.md), 34 minutes on 2 cores. Short runs on many
+# seeds, not long ones on few: on three seeds a t-interval turned one seed's rounding into the
+# opposite verdict on another CPU; on these 8 each verdict held at 1 and 2 threads, on its seeds
+# and on 8 new ones (docs/RESULTS.md, "The default comparison, checked"). Whether a gain
+# lasts: --max_iters=2400 (docs/results/size_curve). The
 # official mix: --modes=vanilla,resformer. The variants and seeds are compare.py's own defaults;
 # this preset holds the setting they train in, and each variant's own peak lr.
 dataset = "shakespeare_byte"
