@@ -60,8 +60,9 @@ def headline(results, info):
     n = len(next(iter(compared.values()))["paired"]["differences"])
     return (f"**Verdict on {plural(n, 'seed')} at {info.get('steps', '?')} steps (final val "
             f"loss, nats per {unit}, variant - vanilla per seed, 95% interval; beyond noise: the "
-            f"interval excludes 0 and the mean exceeds the rounding floor; the seeds' signs "
-            f"are said, and decide nothing): " + "; ".join(said) + "." + said_floor + "**")
+            f"interval excludes 0 and the mean exceeds the rounding floor; the count of seeds "
+            f"lower is said but decides nothing, as another CPU's rounding can turn one "
+            f"seed's sign): " + "; ".join(said) + "." + said_floor + "**")
 
 
 def one_seed_verdict(results, compared, info, floor, unit):

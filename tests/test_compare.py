@@ -1126,8 +1126,9 @@ def test_results_open_with_the_verdict_and_table_the_gap_along_the_run(data_dir,
     md = (tmp_path / "results.md").read_text().splitlines()
     assert md[2].startswith("**Verdict on 3 seeds at 200 steps (final val loss, nats per byte, "
                             "variant - vanilla per seed, 95% interval; beyond noise: the interval "
-                            "excludes 0 and the mean exceeds the rounding floor; the seeds' signs "
-                            "are said, and decide nothing): resformer (-0.100 [")
+                            "excludes 0 and the mean exceeds the rounding floor; the count of seeds "
+                            "lower is said but decides nothing, as another CPU's rounding can "
+                            "turn one seed's sign): resformer (-0.100 [")
     assert md[2].endswith(
         "resformer (-0.100 [-0.1000, -0.1000], lower on 3 of 3; by chance alone 1 in 8) is lower "
         "than vanilla beyond noise; svformer (+0.000 [+0.0000, +0.0000], lower on 0 of 3) is "
