@@ -5,9 +5,9 @@
 # seeds, not long ones on few: on three seeds a t-interval turned one seed's rounding into the
 # opposite verdict on another CPU; on these 8 each verdict held at 1 and 2 threads, on its seeds
 # and on 8 new ones (docs/RESULTS.md, "The default comparison, checked"). Whether a gain
-# lasts: --max_iters=2400 (docs/results/size_curve). The
-# official mix: --modes=vanilla,resformer. The variants and seeds are compare.py's own defaults;
-# this preset holds the setting they train in, and each variant's own peak lr.
+# lasts: --max_iters=2400 (docs/results/size_curve). The official mix: --modes=vanilla,resformer.
+# The variants and seeds are compare.py's own defaults; this preset holds the setting they train
+# in, and each variant's own peak lr.
 dataset = "shakespeare_byte"
 batch_size = 32
 block_size = 64

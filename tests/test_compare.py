@@ -1126,9 +1126,9 @@ def test_results_open_with_the_verdict_and_table_the_gap_along_the_run(data_dir,
     md = (tmp_path / "results.md").read_text().splitlines()
     assert md[2].startswith("**Verdict on 3 seeds at 200 steps (final val loss, nats per byte, "
                             "variant - vanilla per seed, 95% interval; beyond noise: the interval "
-                            "excludes 0 and the mean exceeds the rounding floor; the count of seeds "
-                            "lower is said but decides nothing, as another CPU's rounding can "
-                            "turn one seed's sign): resformer (-0.100 [")
+                            "excludes 0 and the mean exceeds the rounding floor; the count of "
+                            "seeds lower is said but decides nothing, as another CPU's rounding "
+                            "can turn one seed's sign): resformer (-0.100 [")
     assert md[2].endswith(
         "resformer (-0.100 [-0.1000, -0.1000], lower on 3 of 3; by chance alone 1 in 8) is lower "
         "than vanilla beyond noise; svformer (+0.000 [+0.0000, +0.0000], lower on 0 of 3) is "
@@ -1358,7 +1358,8 @@ def test_the_default_comparisons_verdicts_do_not_flip_with_the_rounding():
                                  "results.json"))["modes"]
         floor = analysis.noise_floor(results)
         said[folder] = {name: analysis.verdict(r["paired"], floor).split(" (")[0]
-                        for name, r in results.items() if r.get("paired") and name != analysis.FLOOR}
+                        for name, r in results.items()
+                        if r.get("paired") and name != analysis.FLOOR}
     assert said["default"] == said["default_2threads"] and len(said["default"]) == 2
     assert said["default_check"] == said["default_check_2threads"]
     assert set(said["default_check"].values()) == {"below vanilla, beyond noise"}
