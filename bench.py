@@ -21,7 +21,7 @@ import torch
 from torch.utils.benchmark import Measurement, Timer
 
 import data
-from configurator import ConfigError, parse_args, plural, run_main, setup_device
+from configurator import ConfigError, parse_args, plural, run_main
 from lab.analysis import gpu_peak_flops, mfu, sizes
 from lab.grid import parse_list
 from model import GPT, VALUE_MODES, GPTConfig, KVCache
@@ -383,7 +383,7 @@ def main(argv):
         from lab.gpu_check import gpu_check
         return gpu_check()
     # as train.py: float32 weights, bf16/fp16 compute under autocast (the cache: autocast's)
-    device, dtype, autocast = setup_device(cfg["device"], cfg["dtype"])
+    device, dtype, autocast = data.setup_device(cfg["device"], cfg["dtype"])
     if cfg["threads"] > 0:
         torch.set_num_threads(cfg["threads"])
     if device.startswith("cuda") and ":" in device:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 import data
-from configurator import ConfigError, parse_args, plural, run_main, setup_device
+from configurator import ConfigError, parse_args, plural, run_main
 from lab import plots, tables
 from lab.analysis import FLOOR, bands, bracketed
 from lab.grid import (best_lrs, build_grid, calibrated, calibration_folders, own_lrs, parse_list,
@@ -103,7 +103,7 @@ def main(argv):
                           "(--seeds=42 for one, --seeds=42,43,44 for three)")
     cfg = vars(parse_args(SETTINGS, argv, USAGE))
     modes, seeds, gaps = checked(cfg)
-    device = setup_device(cfg["device"], "float32")[0]
+    device = data.setup_device(cfg["device"], "float32")[0]
     gpus = torch.cuda.device_count() if device == "cuda" else 0  # cuda:N: that one GPU alone
     jobs = cfg["jobs"] or (gpus or 1 if device.startswith(("cuda", "mps"))
                            else max(1, (os.cpu_count() or 1) // cfg["threads"]))

@@ -1,27 +1,26 @@
 """Every script's settings, name=(default, meaning[, (lowest, highest)]): defaults < presets <
 --key=value, by argparse (--help shows the values a command would use). A preset is `key = value`
 lines read by ast.literal_eval, never run (a first line `base = "other.py"` builds on another).
-Also the device, and run_main: a user's mistake is one line, a bug its traceback."""
+And run_main: a user's mistake is one line, a bug its traceback."""
 import argparse
 import ast
 import errno
 import os
 import sys
 import time
-from contextlib import nullcontext
 from types import SimpleNamespace
 
 
-class UserError(Exception):
-    """A mistake the user can fix (a setting, the data, a full disk): one line, no traceback."""
-
-
-class ConfigError(UserError):
+class UserError(Exception):  # a mistake the user can fix (a setting, the data): one line
     pass
 
 
-def plural(n, noun):
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"  # '1 step', '1,200 steps'
+class ConfigError(UserError):  # a setting's
+    pass
+
+
+def plural(n, noun):  # '1 step', '1,200 steps'
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def read_preset(path, seen=()):
@@ -59,8 +58,8 @@ def typed(key, value, spec):
     return value
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line (run_main's), not argparse's usage block and exit 2
+class Parser(argparse.ArgumentParser):  # a mistake is one line (run_main's), not a usage block
+    def error(self, message):
         raise ConfigError(message)
 
 
@@ -87,33 +86,8 @@ def parse_args(settings, argv, usage):
     return cfg
 
 
-def defaults(settings, **values):
-    """A script's settings as a namespace without a command line: its defaults, then values."""
+def defaults(settings, **values):  # a script's settings without a command line
     return SimpleNamespace(**{**{k: spec[0] for k, spec in settings.items()}, **values})
-
-
-def setup_device(device="auto", dtype="auto"):
-    """(device, dtype name, autocast): weights stay float32. auto: cuda > mps > cpu; bfloat16 on
-    GPUs that have it natively, float16 on older ones (T4, V100: loss scaling), else float32."""
-    import torch  # here: prepare.py reads its settings without torch
-    cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
-    device = ("cuda" if cuda else "mps" if mps else "cpu") if device == "auto" else device
-    kind, _, index = device.partition(":")
-    if not {"cpu": True, "cuda": cuda, "mps": mps}.get(kind) or (index and (
-            kind != "cuda" or not index.isdigit() or int(index) >= torch.cuda.device_count())):
-        raise ConfigError(f"--device={device}: not here; use auto, cpu, cuda, cuda:N "
-                          f"({torch.cuda.device_count()} CUDA GPUs here) or mps")
-    # is_bf16_supported() alone also says yes where bf16 is only emulated (slowly: T4, V100)
-    bf16 = kind == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
-    if dtype == "auto":
-        dtype = "bfloat16" if bf16 else "float16" if kind == "cuda" else "float32"
-    if dtype == "bfloat16" and kind == "cuda" and not bf16:
-        raise ConfigError("--dtype=bfloat16: this GPU has no native bfloat16; use float16 or auto")
-    if dtype not in ("float32", "bfloat16", "float16"):  # (float16 on a CPU: slow, but it runs)
-        raise ConfigError(f"--dtype={dtype}: use auto (it picks), float32, bfloat16 (CPU, A100, "
-                          f"H100) or float16 (T4, V100)")
-    return device, dtype, (nullcontext() if dtype == "float32"
-                           else torch.autocast(kind, dtype=getattr(torch, dtype)))
 
 
 def run_main(main):
@@ -121,8 +95,7 @@ def run_main(main):
     (UserError, a full disk, GPU memory) is one line, exit 1; Ctrl-C 130; a bug: a traceback."""
     try:
         status = main(sys.argv[1:])
-    except UserError as e:
-        # under torchrun rank 0 says it; the others wait, so torchrun stops them before they do
+    except UserError as e:  # under torchrun rank 0 says it; the others wait to be stopped
         time.sleep(20 * (os.environ.get("RANK", "0") != "0"))
         sys.exit(f"error: {e}")
     except KeyboardInterrupt as e:  # under torchrun every process is stopped: rank 0 says it

@@ -1,4 +1,5 @@
-"""The files every script shares: token shards, datasets, tokenizers, batches, checkpoints, logs.
+"""What every script shares: token shards, datasets, tokenizers, batches, the device, checkpoints,
+logs.
 
 A dataset is a folder data/<name>/ holding meta.json (the tokenizer, and each shard's file, split,
 token count and sha256) and the shards it names, or llm.c's shards alone. A shard is in llm.c's
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from configurator import UserError, plural
+from configurator import ConfigError, UserError, plural
 
 DATA_ROOT = "data"
 DEFAULT_DATASET = "shakespeare_byte"  # train.py's default: what `python prepare.py` writes
@@ -223,6 +224,31 @@ class Batches:
 
     def reset(self):
         self.generator.manual_seed(self.seed)
+
+
+# ---- the device every script computes on ----
+
+def setup_device(device="auto", dtype="auto"):
+    """(device, dtype name, autocast): weights stay float32. auto: cuda > mps > cpu; bfloat16 on
+    GPUs that have it natively, float16 on older ones (T4, V100: loss scaling), else float32."""
+    cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
+    device = ("cuda" if cuda else "mps" if mps else "cpu") if device == "auto" else device
+    kind, _, index = device.partition(":")
+    if not {"cpu": True, "cuda": cuda, "mps": mps}.get(kind) or (index and (
+            kind != "cuda" or not index.isdigit() or int(index) >= torch.cuda.device_count())):
+        raise ConfigError(f"--device={device}: not here; use auto, cpu, cuda, cuda:N "
+                          f"({torch.cuda.device_count()} CUDA GPUs here) or mps")
+    # is_bf16_supported() alone also says yes where bf16 is only emulated (slowly: T4, V100)
+    bf16 = kind == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+    if dtype == "auto":
+        dtype = "bfloat16" if bf16 else "float16" if kind == "cuda" else "float32"
+    if dtype == "bfloat16" and kind == "cuda" and not bf16:
+        raise ConfigError("--dtype=bfloat16: this GPU has no native bfloat16; use float16 or auto")
+    if dtype not in ("float32", "bfloat16", "float16"):  # (float16 on a CPU: slow, but it runs)
+        raise ConfigError(f"--dtype={dtype}: use auto (it picks), float32, bfloat16 (CPU, A100, "
+                          f"H100) or float16 (T4, V100)")
+    return device, dtype, (contextlib.nullcontext() if dtype == "float32"
+                           else torch.autocast(kind, dtype=getattr(torch, dtype)))
 
 
 # ---- files written whole: checkpoints and logs ----

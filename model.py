@@ -104,8 +104,7 @@ class KVCache:
             self.values[layer][:, :, start:end] = v
         return self.keys[layer][:, :, :end], self.values[self.value_layer[layer]][:, :, :end]
 
-    def nbytes(self):
-        """The bytes it holds: the one count of a cache's size (sample.py, bench.py, the lab)."""
+    def nbytes(self):  # the one count of a cache's size (sample.py, bench.py, the lab)
         return sum(t.numel() * t.element_size() for t in self.keys + list(self.values.values()))
 
 
@@ -235,15 +234,13 @@ class GPT(nn.Module):
 
     @classmethod
     def from_checkpoint(cls, ckpt, device="cpu"):
-        """A trained model in eval mode; a checkpoint of another shape or model.py: a ValueError
-        of one line that says which tensors differ."""
+        """A trained model in eval mode (its weights: load_weights)."""
         model = cls(GPTConfig(**ckpt["model_args"]))
         model.load_weights(ckpt["model"])
         return model.to(device).eval()
 
     def load_weights(self, theirs):
-        """load_state_dict, where weights of another shape or model.py are a one-line ValueError
-        that says which tensors differ (not torch's list of every key)."""
+        """load_state_dict; weights of another model.py: one line naming the tensors that differ."""
         mine = self.state_dict()
         differ = sorted(set(mine) ^ set(theirs)) + [k for k in mine if k in theirs and
                                                     mine[k].shape != theirs[k].shape]
@@ -316,11 +313,10 @@ class GPT(nn.Module):
             tokens[:, end] = next_input[:, 0]
             yield next_input
 
-    @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, kv_cache=None):
-        """Append max_new_tokens tokens to idx (B, T); return the (B, T + max_new_tokens) result."""
-        new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, kv_cache))
-        return torch.cat([idx] + new, dim=1)
+        """idx (B, T) with max_new_tokens more tokens: (B, T + max_new_tokens)."""
+        return torch.cat([idx, *self.generate_tokens(idx, max_new_tokens, temperature, top_k,
+                                                      kv_cache)], dim=1)
 
     def parameter_groups(self):
         """(name, parameter) lists: "mixing" (MIXING_WEIGHTS), "decay" (matrices), "no_decay"."""

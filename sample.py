@@ -12,7 +12,7 @@ import time
 import torch
 
 import data
-from configurator import ConfigError, parse_args, run_main, setup_device
+from configurator import ConfigError, parse_args, run_main
 from model import GPT
 
 SETTINGS = dict(
@@ -36,7 +36,7 @@ def sample(cfg, out=sys.stdout, err=sys.stderr):
     if os.path.isfile(cfg.out_dir):  # the checkpoint named, not its run's folder
         raise ConfigError(f"--out_dir is the run's folder: use --out_dir="
                           f"{os.path.dirname(cfg.out_dir) or '.'}")
-    device, dtype, autocast = setup_device(cfg.device, cfg.dtype)
+    device, dtype, autocast = data.setup_device(cfg.device, cfg.dtype)
     ckpt = data.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"))  # on the CPU: AdamW's
     try:  # moments stay there, only the model goes to the device
         model = GPT.from_checkpoint(ckpt, device)

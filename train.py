@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
-from configurator import ConfigError, parse_args, plural, read_preset, run_main, setup_device
+from configurator import ConfigError, parse_args, plural, read_preset, run_main
 from model import GPT, GPTConfig, mixing_by_layer
 
 # The settings, name=(default, meaning[, (lowest, highest)]); the defaults are config/quickstart.py.
@@ -127,9 +127,8 @@ def train(cfg, given=None):
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     ckpt = data.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt")) if cfg.resume else None
     cfg = check_settings(resume_settings(cfg, given, ckpt) if ckpt else cfg, world)
-    device, dtype, autocast = setup_device(cfg.device, cfg.dtype)
+    device, dtype, autocast = data.setup_device(cfg.device, cfg.dtype)
     device = join_processes(device, world)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     shards, meta, identity = load_data(cfg, ckpt)
 
     # The model and AdamW. The same seed gives every process the same weights.
@@ -138,8 +137,10 @@ def train(cfg, given=None):
     raw_model = GPT(config)
     if config.value_mode != "vanilla":
         start_like_vanilla(raw_model, cfg.seed)  # so a difference is the mode's, not the draw's
-    if ckpt:
-        resume_weights(raw_model, ckpt, cfg.out_dir)
+    try:  # a resume's weights; of another model.py: one line saying which tensors differ
+        raw_model.load_weights(ckpt["model"]) if ckpt else None
+    except ValueError as e:
+        raise ConfigError(f"cannot resume {cfg.out_dir}/ckpt.pt: {e}; start anew") from None
     raw_model.to(device)  # before AdamW: its state lives where the weights do
     optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
                                                (cfg.beta1, cfg.beta2), cfg.lambda_lr_scale)
@@ -195,7 +196,9 @@ def train(cfg, given=None):
 
     # The final number: the loss over every token of the validation split, each once.
     val_loss_full = log_final(run, raw_model, shards["val"], cfg, autocast, iter_num > start_iter)
-    leave_processes(world)
+    if world > 1:  # every process is done talking before any closes its connections
+        dist.barrier()
+        dist.destroy_process_group()
     if rank == 0:
         data.write_log(cfg.out_dir, run["log"])
     return {"iter": iter_num, "val_loss_full": val_loss_full, "model": raw_model, "evals": [
@@ -223,8 +226,8 @@ def given_settings(argv):
 # ---- below: what train() uses, which a first reading can skip ----
 
 def join_processes(device, world):
-    """Under torchrun, this process's device (LOCAL_RANK: its GPU) in the group DDP averages
-    gradients over: NCCL between GPUs, gloo between CPU processes."""
+    """Under torchrun: this process's device (LOCAL_RANK: its GPU), in DDP's process group."""
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # faster
     if world > 1:
         if device.startswith("cuda"):
             device = f"cuda:{os.environ['LOCAL_RANK']}"
@@ -233,14 +236,8 @@ def join_processes(device, world):
     return device
 
 
-def leave_processes(world):
-    if world > 1:  # every process is done talking before any closes its connections
-        dist.barrier()
-        dist.destroy_process_group()
-
-
 def check_settings(cfg, world):
-    """cfg, its settings checked together (world: torchrun's processes) and by GPTConfig."""
+    """cfg, its settings checked together and by GPTConfig (world: torchrun's processes)."""
     if cfg.min_lr > cfg.learning_rate:
         raise ConfigError(f"--min_lr={cfg.min_lr}: must be at most learning_rate "
                           f"({cfg.learning_rate})")
@@ -256,8 +253,8 @@ def check_settings(cfg, world):
 
 
 def resume_settings(cfg, given, ckpt):
-    """The checkpoint's settings, changed where given; its model's shape and its number of
-    processes (each with its own random numbers) cannot change."""
+    """The checkpoint's settings, changed where given; not its model's shape, nor its number of
+    processes (each has its own random numbers)."""
     saved = {**{k: spec[0] for k, spec in SETTINGS.items()}, **ckpt["config"],
              **{k: getattr(cfg, k) for k in ACTIONS}}
     changes = {k: (saved[k], getattr(cfg, k)) for k in (vars(cfg) if given is None else given)
@@ -274,14 +271,6 @@ def resume_settings(cfg, given, ckpt):
     for k, (a, b) in changes.items():
         print(f"resume: {k}: {a!r} -> {b!r}")
     return type(cfg)(**{**saved, **{k: b for k, (_, b) in changes.items()}})
-
-
-def resume_weights(model, ckpt, out_dir):
-    try:
-        model.load_weights(ckpt["model"])
-    except ValueError as e:  # model.py was edited since: a user's choice, not a bug
-        raise ConfigError(f"cannot resume {out_dir}/ckpt.pt: {e}; start a new run in another "
-                          f"--out_dir") from None
 
 
 def load_data(cfg, ckpt):
@@ -311,10 +300,9 @@ def start_like_vanilla(model, seed):
 
 def fit_memory(model, cfg, world, device, dtype, free=None):
     """((batch_size, micro-steps, bytes a step needs), a line saying it). A step needs 16 bytes a
-    parameter (weights, gradients, AdamW's moments) and per token what a forward keeps for the
-    backward (measured at a short length) and the logits' gradients. On a GPU batch_size is halved
-    (micro-steps doubled) until a step fits; too much is refused. free: bytes free (default: the
-    GPU's, or what Linux can hand out)."""
+    parameter (weights, gradients, AdamW's moments), and per token what a forward keeps for the
+    backward and the logits' gradients. On a GPU batch_size halves (micro-steps double) until a
+    step fits; too much is refused. free: bytes free (default: the GPU's, or what Linux has)."""
     T = min(cfg.block_size, 64)
 
     def saved(batch):  # the bytes a forward of batch x T tokens keeps for the backward
@@ -325,17 +313,17 @@ def fit_memory(model, cfg, world, device, dtype, free=None):
                 not isinstance(t, torch.nn.Parameter))
             return t
         x = torch.zeros(batch, T, dtype=torch.long, device=device)
-        with torch.random.fork_rng(devices=[]), setup_device(device, dtype)[2], \
+        with torch.random.fork_rng(devices=[]), data.setup_device(device, dtype)[2], \
                 torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
             model(x, x)
         return sum(kept.values())
-    # Per token: the difference of two batches, so what a forward keeps once (under autocast,
-    # the weights cast to 16 bits) counts once, with the weights, not once per token.
+    # Two batches' difference is per token; what a forward keeps once (under autocast, the
+    # weights cast to 16 bits) is counted once, with the weights.
     one, two = saved(1), saved(2)
     fixed = 16 * sum(p.numel() for p in model.parameters()) + max(2 * one - two, 0)
     per_token = (two - one) / T + 8 * model.config.vocab_size
     on_gpu = free is not None or device.startswith("cuda")
-    meminfo = open("/proc/meminfo").read() if os.path.exists("/proc/meminfo") else "0"
+    meminfo = open("/proc/meminfo").read() if os.path.exists("/proc/meminfo") else ""
     free = free or (torch.cuda.mem_get_info(device)[0] if on_gpu else 1024 * int(
         (re.findall(r"MemAvailable:\s+(\d+)", meminfo) or [2**40])[0]))
     batch, accum = cfg.batch_size, cfg.gradient_accumulation_steps // world or 1
@@ -353,15 +341,13 @@ def fit_memory(model, cfg, world, device, dtype, free=None):
 
 
 def start_run(cfg, ckpt, facts):
-    """The run's record: its facts and settings, step, best loss and log (a resume's, from its
-    checkpoint). A checkpoint already in out_dir is continued only with --resume and replaced
-    only with --overwrite, and only once the new run has written its own."""
+    """The run's record (a resume's from its checkpoint). A checkpoint in out_dir is continued
+    only with --resume, replaced only with --overwrite, and then once the new run wrote its own."""
     try:
         os.makedirs(cfg.out_dir, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"--out_dir={cfg.out_dir}: cannot make that folder ({e.strerror})")
-    has_ckpt = os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt"))  # an earlier run's
-    if has_ckpt and not cfg.resume and not cfg.overwrite:
+    if os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt")) and not cfg.resume | cfg.overwrite:
         raise ConfigError(f"{cfg.out_dir} already holds a checkpoint: continue it with --resume, "
                           f"or train into another --out_dir (--overwrite replaces it)")
     run = {"format": data.CHECKPOINT_FORMAT, "iter_num": 0, "best_val_loss": float("inf"),
@@ -385,17 +371,17 @@ def log_start(run, model, cfg, memory_line, need):
     warmup, end = schedule(cfg)
     settings = {**run["config"], "warmup_iters": warmup, "lr_decay_iters": end,
                 "n_kv_head": model.config.kv_heads, "device": device, "dtype": dtype}
-    log(run, it, line=f"{'resuming' if cfg.resume else 'training'} {cfg.out_dir} at step {it}\n"
-        "settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
     gpu = f" ({torch.cuda.get_device_name(device)})" if device.startswith("cuda") else ""
     log(run, it, {"kind": "config", "settings": settings, "world": world, "num_params":
                   model.num_params(), "tokens_per_step": run["tokens_per_step"], "fitted":
                   run["fitted"], "memory_estimate_bytes": need},
-        f"{memory_line}\n{cfg.value_mode} on {device}{gpu} in {dtype}"
-        f"{' with loss scaling' * (dtype == 'float16')}: {model.num_params() / 1e6:.2f}M "
-        f"parameters, {run['tokens_per_step']:,} tokens/step ({run['fitted'][0]} x "
-        f"{cfg.block_size} x {plural(run['fitted'][1], 'micro-step')} x {world} "
-        f"process{'es' * (world > 1)}), {plural(cfg.max_iters, 'step')}, data {cfg.dataset}")
+        f"{'resuming' if cfg.resume else 'training'} {cfg.out_dir} at step {it}\nsettings: "
+        + " ".join(f"{k}={v}" for k, v in settings.items()) + f"\n{memory_line}\n"
+        f"{cfg.value_mode} on {device}{gpu} in {dtype}{' with loss scaling' * (dtype == 'float16')}"
+        f": {model.num_params() / 1e6:.2f}M parameters, {run['tokens_per_step']:,} tokens/step "
+        f"({run['fitted'][0]} x {cfg.block_size} x {plural(run['fitted'][1], 'micro-step')} x "
+        f"{world} process{'es' * (world > 1)}), {plural(cfg.max_iters, 'step')}, data "
+        f"{cfg.dataset}")
 
 
 def log_eval(run, iter_num, losses, mixing):
@@ -442,8 +428,7 @@ def stop_if_diverged(run, iter_num, loss):
 
 
 def log_final(run, model, val_shards, cfg, autocast, trained):
-    """The loss over every validation token (each process a share), logged with where the
-    checkpoint is."""
+    """The loss over every validation token (each process a share), and where the checkpoint is."""
     t0, it, rank = time.time(), run["iter_num"], int(os.environ.get("RANK", 0))
     loss, n = full_split_loss(model, val_shards, cfg, autocast, rank, run["world"])
     log(run, it, {"kind": "final", "val_loss_full": loss, "val_tokens": n,

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 import data
-from configurator import ConfigError, plural, setup_device
+from configurator import ConfigError, plural
 from model import GPT
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
 
@@ -196,7 +196,7 @@ def trained_elsewhere(cfg, run_dir):
 def hardware(device, gpus=1):
     """'NVIDIA H200, torch ...' (with gpus, '8 x NVIDIA H200'; or 'Apple MPS') or the CPU's model
     name and core count: where a run trained (device 'auto' as train.py resolves it)."""
-    device = setup_device(device, "float32")[0]
+    device = data.setup_device(device, "float32")[0]
     if device.startswith("cuda"):
         return (f"{f'{gpus} x ' if gpus > 1 else ''}{torch.cuda.get_device_name(device)}, "
                 f"torch {torch.__version__}")

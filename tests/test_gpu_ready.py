@@ -18,6 +18,7 @@ import torch
 import bench
 import compare
 import configurator
+import data
 import train
 from lab import gpu_check, runs
 from lab import analysis
@@ -48,12 +49,12 @@ def pretend(monkeypatch, cuda=None, native_bf16=False, mps=False, count=1):
 ])
 def test_auto_picks_native_precision_on_every_device(monkeypatch, gpu, native, mps, expected):
     pretend(monkeypatch, gpu, native, mps)
-    device, dtype, autocast = configurator.setup_device("auto", "auto")
+    device, dtype, autocast = data.setup_device("auto", "auto")
     assert (device, dtype) == expected
     assert isinstance(autocast, contextlib.nullcontext) == (dtype == "float32")
     if gpu and not native:  # asked for by name where it is only emulated: one line, the way out
         with pytest.raises(configurator.ConfigError, match="no native bfloat16; use float16"):
-            configurator.setup_device("auto", "bfloat16")
+            data.setup_device("auto", "bfloat16")
 
 
 @pytest.mark.parametrize("mode", ["vanilla", "resformer", "svformer", "value_embed"])
@@ -62,7 +63,7 @@ def test_what_the_mac_gets_trains_every_mode(monkeypatch, data_dir, tmp_path, mo
     MPS device itself cannot run here: the four modes train a step with what auto picks there,
     on the CPU."""
     pretend(monkeypatch, mps=True)
-    _, dtype, autocast = configurator.setup_device("auto")
+    _, dtype, autocast = data.setup_device("auto")
     assert dtype == "float32"
     monkeypatch.undo()
     cfg = configurator.defaults(train.SETTINGS, dataset=data_dir, out_dir=str(tmp_path),
@@ -132,7 +133,7 @@ def test_compare_knows_each_device_from_the_one_resolver(monkeypatch):
     on a Mac, one job on the one MPS device (it used to start one per CPU core) and the
     machine named MPS, not the CPU."""
     pretend(monkeypatch, mps=True)
-    assert configurator.setup_device("auto")[0] == "mps"
+    assert data.setup_device("auto")[0] == "mps"
     assert runs.hardware("auto").startswith("Apple MPS")
     pretend(monkeypatch, "NVIDIA H200", True, count=8)
     assert runs.hardware("auto", 8).startswith("8 x NVIDIA H200")  # the comparison's machine

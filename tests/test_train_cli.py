@@ -329,7 +329,7 @@ def test_settings_show_the_values_in_effect_and_leave_out_actions(data_dir, tmp_
     train.main(args + ["--overwrite"])
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("settings: "))
     shown = dict(kv.split("=", 1) for kv in line[len("settings: "):].split())
-    device, dtype, _ = configurator.setup_device("auto")
+    device, dtype, _ = data.setup_device("auto")
     assert (shown["warmup_iters"], shown["lr_decay_iters"], shown["n_kv_head"]) == ("2", "20", "2")
     assert (shown["device"], shown["dtype"]) == (device, dtype) and "auto" not in (device, dtype)
     assert set(shown) == set(train.SETTINGS) - set(train.ACTIONS)  # every setting, no action
