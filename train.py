@@ -137,10 +137,8 @@ def train(cfg, given=None):
     raw_model = GPT(config)
     if config.value_mode != "vanilla":
         start_like_vanilla(raw_model, cfg.seed)  # so a difference is the mode's, not the draw's
-    try:  # a resume's weights; of another model.py: one line saying which tensors differ
-        raw_model.load_weights(ckpt["model"]) if ckpt else None
-    except ValueError as e:
-        raise ConfigError(f"cannot resume {cfg.out_dir}/ckpt.pt: {e}; start anew") from None
+    if ckpt:
+        resume_weights(raw_model, ckpt, cfg.out_dir)
     raw_model.to(device)  # before AdamW: its state lives where the weights do
     optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
                                                (cfg.beta1, cfg.beta2), cfg.lambda_lr_scale)
@@ -273,6 +271,13 @@ def resume_settings(cfg, given, ckpt):
     return type(cfg)(**{**saved, **{k: b for k, (_, b) in changes.items()}})
 
 
+def resume_weights(model, ckpt, out_dir):
+    try:
+        model.load_weights(ckpt["model"])
+    except ValueError as e:  # model.py was edited since: a user's choice, not a bug
+        raise ConfigError(f"cannot resume {out_dir}/ckpt.pt: {e}; start anew") from None
+
+
 def load_data(cfg, ckpt):
     """(the train and val shards, memory-mapped; meta.json; what a checkpoint records of them);
     a resume checks that the data is what it trained on."""
@@ -347,7 +352,8 @@ def start_run(cfg, ckpt, facts):
         os.makedirs(cfg.out_dir, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"--out_dir={cfg.out_dir}: cannot make that folder ({e.strerror})")
-    if os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt")) and not cfg.resume | cfg.overwrite:
+    if os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt")) and not (
+            cfg.resume or cfg.overwrite):
         raise ConfigError(f"{cfg.out_dir} already holds a checkpoint: continue it with --resume, "
                           f"or train into another --out_dir (--overwrite replaces it)")
     run = {"format": data.CHECKPOINT_FORMAT, "iter_num": 0, "best_val_loss": float("inf"),

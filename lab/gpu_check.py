@@ -74,7 +74,7 @@ def compiled_modes(shape, device, dtype, modes):
     """Each mode (and vanilla with a third of the key/value heads) compiled for three warm-up
     steps, then three more: how many graphs each compiled after warm-up (0 is right)."""
     from torch._dynamo.utils import counters
-    _, _, autocast = train.data.setup_device(device, dtype)
+    _, _, autocast = data.setup_device(device, dtype)
     found = {}
     for name, extra in [(m, {}) for m in modes] + [("vanilla_gqa", {"n_kv_head": max(
             shape["n_head"] // 3, 1)})]:
@@ -166,7 +166,7 @@ def gpu_check(preset=PRESET, gpus=None, device="cuda", modes=tuple(VALUE_MODES))
         model = GPT.from_checkpoint(data.load_checkpoint(os.path.join(whole, "ckpt.pt")), device)
         T = model.config.block_size
         x = torch.randint(model.config.vocab_size, (1, T), device=device)
-        with train.data.setup_device(device, config["settings"]["dtype"])[2]:
+        with data.setup_device(device, config["settings"]["dtype"])[2]:
             kernel = kernel_of_attention(model, x)
         check(f"the attention kernel that ran: {kernel} (not the slow math one)",
               kernel != "math" or not device.startswith("cuda"), kernel=kernel)
