@@ -270,11 +270,12 @@ def save_checkpoint(run, iter_num, model, optimizer, batches):
     """Called by every process at a step boundary; rank 0 writes all an exact resume needs: the
     run's record, weights, AdamW's moments, each process's random numbers and batch stream."""
     run["iter_num"], out_dir = iter_num, run["config"]["out_dir"]
-    mine = {"data": {"generator": batches.generator.get_state()}, "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None}
-    states = [mine] * run["world"]
+    this_process = {"data": {"generator": batches.generator.get_state()},
+                    "torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None}
+    states = [this_process] * run["world"]
     if run["world"] > 1:
-        dist.all_gather_object(states, mine)
+        dist.all_gather_object(states, this_process)
     if int(os.environ.get("RANK", 0)) == 0:
         with atomic_write(os.path.join(out_dir, "ckpt.pt")) as f:
             torch.save({**run, "model": model.state_dict(), "optimizer": optimizer.state_dict(),

@@ -246,7 +246,7 @@ class GPT(nn.Module):
                                                     mine[k].shape != theirs[k].shape]
         if differ:
             raise ValueError(f"it does not fit today's model.py ({', '.join(differ[:3])}"
-                             f"{', ...' * (len(differ) > 3)}): other code trained it")
+                             f"{', ...' if len(differ) > 3 else ''}): other code trained it")
         self.load_state_dict(theirs)
 
     def forward(self, idx, targets=None, all_logits=False, kv_cache=None):

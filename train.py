@@ -129,7 +129,7 @@ def train(cfg, given=None):
     cfg = check_settings(resume_settings(cfg, given, ckpt) if ckpt else cfg, world)
     device, dtype, autocast = data.setup_device(cfg.device, cfg.dtype)
     device = join_processes(device, world)
-    shards, meta, identity = load_data(cfg, ckpt)
+    shards, meta, data_record = load_data(cfg, ckpt)
 
     # The model and AdamW. The same seed gives every process the same weights.
     config = GPTConfig.from_dict({**vars(cfg), "vocab_size": data.padded_vocab(meta)})
@@ -143,7 +143,7 @@ def train(cfg, given=None):
     optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
                                                (cfg.beta1, cfg.beta2), cfg.lambda_lr_scale)
     # What a step needs in memory, said before it is tried (a resume keeps the batch it had).
-    (batch_size, grad_accum, need), memory_line = fit_memory(raw_model, cfg, world, device, dtype)
+    (batch_size, grad_accum, step_bytes), memory = fit_memory(raw_model, cfg, world, device, dtype)
     batch_size, grad_accum = ckpt["fitted"] if ckpt else (batch_size, grad_accum)
     # Each process draws its own windows (and dropout): rank 0 from the seed, another rank from
     # (seed, rank), no plain seed's. The loss estimates use the same fixed windows every time.
@@ -154,7 +154,7 @@ def train(cfg, given=None):
     eval_batches = {s: data.Batches(shards[s], batch_size, cfg.block_size, EVAL_SEED, s, device)
                     for s in shards}
     run = start_run(cfg, ckpt, dict(  # what a checkpoint holds beside the weights
-        data=identity, model_args=vars(config), fitted=[batch_size, grad_accum], world=world,
+        data=data_record, model_args=vars(config), fitted=[batch_size, grad_accum], world=world,
         tokens_per_step=batch_size * cfg.block_size * grad_accum * world, device=device,
         dtype=dtype, tokenizer={k: meta[k] for k in ("tokenizer", "vocab_size", "eot")}))
     if ckpt:  # AdamW's moments, and this process's random numbers and place in its batches
@@ -165,7 +165,7 @@ def train(cfg, given=None):
         model = DDP(model, device_ids=[device] if device.startswith("cuda") else None)
     # fp16 needs the loss scaled up so small gradients do not round to zero (bf16, fp32: off)
     amp = autocast, torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
-    log_start(run, raw_model, cfg, memory_line, need)
+    log_start(run, raw_model, cfg, memory, step_bytes)
 
     iter_num = start_iter = run["iter_num"]
     t0, timed_from = time.time(), iter_num  # the clock of the steps since the last log line
@@ -282,12 +282,12 @@ def load_data(cfg, ckpt):
     """(the train and val shards, memory-mapped; meta.json; what a checkpoint records of them);
     a resume checks that the data is what it trained on."""
     data_dir = data.dataset_dir(cfg.dataset)
-    meta, identity = data.load_meta(data_dir), data.data_identity(data_dir)
-    if ckpt and ckpt["data"]["sha256"] != identity["sha256"]:
+    meta, data_record = data.load_meta(data_dir), data.data_identity(data_dir)
+    if ckpt and ckpt["data"]["sha256"] != data_record["sha256"]:
         raise data.DataError(f"cannot resume {cfg.out_dir}/ckpt.pt: {data_dir} now holds other "
                              f"data than it trained on; prepare that data again, or start anew")
     return {s: [data.read_shard(p, meta["vocab_size"]) for p in data.list_shards(data_dir, s)]
-            for s in ("train", "val")}, meta, identity
+            for s in ("train", "val")}, meta, data_record
 
 
 def start_like_vanilla(model, seed):
@@ -324,9 +324,9 @@ def fit_memory(model, cfg, world, device, dtype, free=None):
         return sum(kept.values())
     # Two batches' difference is per token; what a forward keeps once (under autocast, the
     # weights cast to 16 bits) is counted once, with the weights.
-    one, two = saved(1), saved(2)
-    fixed = 16 * sum(p.numel() for p in model.parameters()) + max(2 * one - two, 0)
-    per_token = (two - one) / T + 8 * model.config.vocab_size
+    kept_by_1, kept_by_2 = saved(1), saved(2)
+    fixed = 16 * sum(p.numel() for p in model.parameters()) + max(2 * kept_by_1 - kept_by_2, 0)
+    per_token = (kept_by_2 - kept_by_1) / T + 8 * model.config.vocab_size
     on_gpu = free is not None or device.startswith("cuda")
     meminfo = open("/proc/meminfo").read() if os.path.exists("/proc/meminfo") else ""
     free = free or (torch.cuda.mem_get_info(device)[0] if on_gpu else 1024 * int(
@@ -334,18 +334,18 @@ def fit_memory(model, cfg, world, device, dtype, free=None):
     batch, accum = cfg.batch_size, cfg.gradient_accumulation_steps // world or 1
     while on_gpu and fixed + per_token * batch * cfg.block_size > 0.9 * free and batch % 2 == 0:
         batch, accum = batch // 2, accum * 2
-    need = fixed + per_token * batch * cfg.block_size
-    line = (f"memory: about {need / 2**30:.2f} GiB a step ({fixed / 2**30:.2f} of it the "
+    step_bytes = fixed + per_token * batch * cfg.block_size
+    line = (f"memory: about {step_bytes / 2**30:.2f} GiB a step ({fixed / 2**30:.2f} of it the "
             f"weights and AdamW), {free / 2**30:.1f} GiB free on {device}" + (
                 f"; batch_size {cfg.batch_size} does not fit: {batch} x {accum} micro-steps "
                 f"instead, the same tokens per step" if batch != cfg.batch_size else ""))
-    if need > free:
+    if step_bytes > free:
         raise ConfigError(f"{line}: too much; use a smaller --batch_size or --block_size (with a "
                           f"larger --gradient_accumulation_steps for the same tokens per step)")
-    return (batch, accum, need), line
+    return (batch, accum, step_bytes), line
 
 
-def start_run(cfg, ckpt, facts):
+def start_run(cfg, ckpt, record):
     """The run's record (a resume's from its checkpoint). A checkpoint in out_dir is continued
     only with --resume, replaced only with --overwrite, and then once the new run wrote its own."""
     try:
@@ -357,7 +357,7 @@ def start_run(cfg, ckpt, facts):
         raise ConfigError(f"{cfg.out_dir} already holds a checkpoint: continue it with --resume, "
                           f"or train into another --out_dir (--overwrite replaces it)")
     run = {"format": data.CHECKPOINT_FORMAT, "iter_num": 0, "best_val_loss": float("inf"),
-           "val_loss": None, "log": [], **facts,
+           "val_loss": None, "log": [], **record,
            "config": {k: v for k, v in vars(cfg).items() if k not in ACTIONS}}
     return {**run, **{k: ckpt[k] for k in ("iter_num", "best_val_loss", "val_loss", "log")}} \
         if ckpt else run
@@ -371,23 +371,24 @@ def log(run, iter_num, entry=None, line=None):
         run["log"].append({"iter": iter_num, **entry})
 
 
-def log_start(run, model, cfg, memory_line, need):
+def log_start(run, model, cfg, memory_line, step_bytes):
     """The settings in effect (where they differ from those asked), and where the run trains."""
     it, device, dtype, world = run["iter_num"], run["device"], run["dtype"], run["world"]
     warmup, end = schedule(cfg)
     settings = {**run["config"], "warmup_iters": warmup, "lr_decay_iters": end,
                 "n_kv_head": model.config.kv_heads, "device": device, "dtype": dtype}
     gpu = f" ({torch.cuda.get_device_name(device)})" if device.startswith("cuda") else ""
+    scaling = " with loss scaling" if dtype == "float16" else ""
+    processes = f"{world} process" + ("es" if world > 1 else "")
     log(run, it, {"kind": "config", "settings": settings, "world": world, "num_params":
                   model.num_params(), "tokens_per_step": run["tokens_per_step"], "fitted":
-                  run["fitted"], "memory_estimate_bytes": need},
+                  run["fitted"], "memory_estimate_bytes": step_bytes},
         f"{'resuming' if cfg.resume else 'training'} {cfg.out_dir} at step {it}\nsettings: "
         + " ".join(f"{k}={v}" for k, v in settings.items()) + f"\n{memory_line}\n"
-        f"{cfg.value_mode} on {device}{gpu} in {dtype}{' with loss scaling' * (dtype == 'float16')}"
-        f": {model.num_params() / 1e6:.2f}M parameters, {run['tokens_per_step']:,} tokens/step "
-        f"({run['fitted'][0]} x {cfg.block_size} x {plural(run['fitted'][1], 'micro-step')} x "
-        f"{world} process{'es' * (world > 1)}), {plural(cfg.max_iters, 'step')}, data "
-        f"{cfg.dataset}")
+        f"{cfg.value_mode} on {device}{gpu} in {dtype}{scaling}: {model.num_params() / 1e6:.2f}M "
+        f"parameters, {run['tokens_per_step']:,} tokens/step ({run['fitted'][0]} x "
+        f"{cfg.block_size} x {plural(run['fitted'][1], 'micro-step')} x {processes}), "
+        f"{plural(cfg.max_iters, 'step')}, data {cfg.dataset}")
 
 
 def log_eval(run, iter_num, losses, mixing):
