@@ -286,13 +286,10 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate_tokens(self, idx, max_new_tokens, temperature=1.0, top_k=None, kv_cache=None):
-        """Yield (B, 1) next tokens (temperature 0: greedy). kv_cache: an empty one, None for a new
-        one, or False (nanoGPT: no cache); past block_size each token refills it: slow as none."""
+        """Yield (B, 1) next tokens (temperature 0: greedy). kv_cache: one to fill from the prompt,
+        None for a new one, or False (nanoGPT: none); past block_size each token refills it."""
         B, T = idx.shape
         kv_cache = self.new_kv_cache(B) if kv_cache is None else kv_cache
-        if kv_cache is not False and kv_cache.length:
-            raise ValueError("generate fills the KV cache from the prompt: pass an empty one "
-                             "(GPT.new_kv_cache), or None for a fresh one")
         limit = min(self.config.block_size, kv_cache.max_len if kv_cache else math.inf)
         # one buffer for prompt and new tokens, so no step copies the sequence (torch.cat would)
         tokens = torch.empty(B, T + max_new_tokens, dtype=idx.dtype, device=idx.device)
