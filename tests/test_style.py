@@ -1,6 +1,7 @@
 """The lesson's shape rules that hold today, kept from here on (DEVELOPERS.md, issue 51): lines of
 at most 100 characters, functions of at most 6 parameters (self aside) and 80 lines in the lesson
-files, configurator.py within 120 lines, the README within 200."""
+files, configurator.py within 120 lines, the README within 200 and its class table within 6 rows
+of at most 30 words a cell."""
 import ast
 import glob
 import os
@@ -40,3 +41,18 @@ def test_lesson_functions_take_at_most_6_parameters_and_80_lines(path):
 def test_the_configurator_and_the_readme_stay_within_their_budgets():
     assert len(lines("configurator.py")) <= 120
     assert len(lines("README.md")) <= 200
+
+
+def test_the_class_table_has_at_most_6_rows_of_cells_within_30_words():
+    text = lines("README.md")
+    start = text.index("## What a class will see")
+    table = []
+    for line in text[start:]:
+        if line.startswith("|"):
+            table.append(line)
+        elif table:
+            break
+    rows = [[c.strip() for c in r.strip().strip("|").split("|")] for r in table[2:]]
+    assert 3 <= len(rows) <= 6, f"the class table has {len(rows)} rows"
+    wordy = [(r[0], len(c.split())) for r in rows for c in r if len(c.split()) > 30]
+    assert not wordy, f"cells over 30 words: {wordy}"
