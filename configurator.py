@@ -1,14 +1,13 @@
 """Every script's settings, name=(default, meaning[, (lowest, highest)]): defaults < presets <
 --key=value, by argparse (--help shows the values a command would use). A preset is `key = value`
-lines read by ast.literal_eval, never run (a first line `base = "other.py"` builds on another).
-And run_main: a user's mistake is one line, a bug its traceback."""
+lines read by ast.literal_eval, never run. And run_main: a user's mistake is one line, a bug its
+traceback."""
 import argparse
 import ast
 import errno
+import math
 import os
 import sys
-import time
-from types import SimpleNamespace
 
 
 class UserError(Exception):  # a mistake the user can fix (a setting, the data): one line
@@ -23,19 +22,16 @@ def plural(n, noun):  # '1 step', '1,200 steps'
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-def read_preset(path, seen=()):
-    """The `key = value` lines of a preset file, after those of its base if it names one."""
-    if not os.path.isfile(path) or os.path.abspath(path) in seen:
-        raise ConfigError(f"{path}: its base leads back to itself" if os.path.isfile(path) else
-                          f"no preset file {path} (presets live in config/)")
+def read_preset(path):
+    """The `key = value` lines of a preset file, as a dict."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"no preset file {path} (presets live in config/)")
     settings = {}
     try:
-        for i, node in enumerate(ast.parse(open(path).read(), filename=path).body):
+        for node in ast.parse(open(path).read(), filename=path).body:
             if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)):
                 raise ConfigError(f"{path}:{node.lineno}: presets hold only `key = value` lines")
-            key, value = node.targets[0].id, ast.literal_eval(node.value)
-            settings.update(read_preset(os.path.join(os.path.dirname(path), value), (  # its base
-                *seen, os.path.abspath(path))) if key == "base" and i == 0 else {key: value})
+            settings[node.targets[0].id] = ast.literal_eval(node.value)
     except (SyntaxError, ValueError) as e:
         raise ConfigError(f"{path}: a line is not `key = literal` ({type(e).__name__})") from None
     return settings
@@ -50,8 +46,11 @@ def typed(key, value, spec):
                 kind is int and isinstance(value, float)):
             raise ValueError
         value = str(value).lower() == "true" if kind is bool else kind(value)
+        if kind is float and not math.isfinite(value):  # nan compares false with every limit
+            raise ValueError
     except ValueError:
-        raise ConfigError(f"--{key}={value}: must be {kind.__name__}, like {default!r}") from None
+        raise ConfigError(f"--{key}={value}: must be {'a finite ' if kind is float else ''}"
+                          f"{kind.__name__}, like {default!r}") from None
     if (low is not None and value < low) or (high is not None and value > high):
         raise ConfigError(f"--{key}={value}: must be " + (f"at least {low}" if high is None else
                           f"between {low} and {high}") + f" ({meaning})")
@@ -63,52 +62,40 @@ class Parser(argparse.ArgumentParser):  # a mistake is one line (run_main's), no
         raise ConfigError(message)
 
 
-def parse_args(settings, argv, usage):
-    """The settings of a command line: its presets (plain arguments) in order, then --key=value."""
-    values = defaults(settings)
+def parse_args(settings, argv, usage, start=None):
+    """The settings of a command line: start (default: each setting's default), then its presets
+    (plain arguments) in order, then --key=value."""
+    values = {**{k: spec[0] for k, spec in settings.items()}, **(start or {})}
     for path in [a for a in argv if not a.startswith("-")]:
         for key, value in read_preset(path).items():
             if key not in settings:  # the preset's first comment says what it is for
                 said = next((line.strip("# \n") for line in open(path) if line[:1] == "#"), "")
                 raise ConfigError(f"{path}: unknown setting {key} ({said or '--help lists them'})")
-            setattr(values, key, typed(key, value, settings[key]))
+            values[key] = typed(key, value, settings[key])
     parser = Parser(usage=usage, allow_abbrev=False, add_help=False)
     for key, (default, meaning, *_) in settings.items():
-        parser.add_argument(f"--{key}", default=getattr(values, key), help=f"{meaning} "
-                            f"(%(default)s)", metavar=type(default).__name__.upper(),
+        parser.add_argument(f"--{key}", default=values[key], help=f"{meaning} (%(default)s)",
+                            metavar=type(default).__name__.upper(),
                             type=lambda v, k=key: typed(k, v, settings[k]),
                             **(dict(nargs="?", const="true") if isinstance(default, bool) else {}))
-    cfg = parser.parse_args([a for a in argv if a.startswith("-") and a not in ("-h", "--help")])
     if "-h" in argv or "--help" in argv:  # each setting with the value this command would use
-        parser.set_defaults(**vars(cfg))
         parser.print_help()
         sys.exit(0)
-    return cfg
-
-
-def defaults(settings, **values):  # a script's settings without a command line
-    return SimpleNamespace(**{**{k: spec[0] for k, spec in settings.items()}, **values})
+    return parser.parse_args([a for a in argv if a.startswith("-")])
 
 
 def run_main(main):
     """A script's `__main__`: main(argv), its int result the exit status. A user's mistake
-    (UserError, a full disk, GPU memory) is one line, exit 1; Ctrl-C 130; a bug: a traceback."""
+    (UserError, a full disk) is one line, exit 1; Ctrl-C 130; a bug: its traceback."""
     try:
         status = main(sys.argv[1:])
-    except UserError as e:  # under torchrun rank 0 says it; the others wait to be stopped
-        time.sleep(20 * (os.environ.get("RANK", "0") != "0"))
+    except UserError as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt as e:  # under torchrun every process is stopped: rank 0 says it
         if e.args and os.environ.get("RANK", "0") == "0":
             print(f"Ctrl-C: stopped; {e.args[0]}", file=sys.stderr, flush=True)
         sys.exit(130)
-    except BrokenPipeError:  # a reader that left early (`train.py --help | head`): quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
     except Exception as e:
-        if type(e).__name__ == "OutOfMemoryError":  # torch's, on a GPU
-            sys.exit("error: out of GPU memory: use a smaller --batch_size and a larger "
-                     "--gradient_accumulation_steps (the same tokens per step)")
         full = e  # a full disk, also where torch.save wraps the OSError in its own
         while full is not None and getattr(full, "errno", 0) not in (errno.ENOSPC, errno.EDQUOT):
             full = full.__cause__ or full.__context__

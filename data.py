@@ -1,18 +1,15 @@
-"""What every script shares: token shards, datasets, tokenizers, batches, the device, checkpoints,
-logs.
+"""What every script shares: tokenizers, token shards, batches, the device, checkpoints, logs.
 
-A dataset is a folder data/<name>/ holding meta.json (the tokenizer, and each shard's file, split,
-token count and sha256) and the shards it names, or llm.c's shards alone. A shard is in llm.c's
-format (its dev/data/data_common.py): 256 int32 (magic, version, count), then uint16 or uint32
-tokens. meta.json is written last, whole, so a folder always holds one whole dataset.
+A dataset is a folder data/<name>/ holding the shards and meta.json, which names them and their
+tokenizer. A shard is in llm.c's format (its dev/data/data_common.py): 256 int32 of header
+(magic, version, token count), then the tokens as uint16 (uint32 past 65,536 ids).
 """
 import bisect
 import contextlib
-import glob
-import hashlib
 import itertools
 import json
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -30,70 +27,33 @@ class DataError(UserError):
     """Missing or bad data: one line naming the file and the fix."""
 
 
-# ---- tokenizers: bytes (nothing to download), or any of tiktoken's encodings ----
-
-class ByteTokenizer:
-    """UTF-8 bytes plus one end-of-text id."""
-    name, vocab_size, eot = "byte", 257, 256
-
-    def encode(self, text):
-        return list(text.encode("utf-8"))
-
-    def encode_batch(self, texts):
-        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
-
-    def token_bytes(self, ids):
-        ids = np.asarray(ids, dtype=np.int64)
-        return ids[(ids >= 0) & (ids < 256)].astype(np.uint8).tobytes()  # end-of-text: no bytes
-
-    def decode(self, ids):
-        return self.token_bytes(ids).decode("utf-8", "replace")
-
-
-class TiktokenTokenizer(ByteTokenizer):
-    def __init__(self, enc):
-        self.enc, self.name, self.vocab_size, self.eot = enc, enc.name, enc.n_vocab, enc.eot_token
-
-    def encode(self, text):  # ordinary: a literal "<|endoftext|>" in web text is just text
-        return self.enc.encode_ordinary(text)
-
-    def encode_batch(self, texts):  # in threads: tiktoken's Rust core runs without the GIL
-        return [np.asarray(ids, dtype=np.uint32)
-                for ids in self.enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)]
-
-    def token_bytes(self, ids):
-        ids = [int(i) for i in ids if 0 <= i < self.vocab_size]  # not the model's padding rows
-        with contextlib.suppress(KeyError):  # all at once in tiktoken's Rust core ...
-            return self.enc.decode_bytes(ids)
-        parts = []  # ... unless an id has no bytes (between the ordinary and special tokens)
-        for i in ids:
-            with contextlib.suppress(KeyError):
-                parts.append(self.enc.decode_single_token_bytes(i))
-        return b"".join(parts)
+def get_tokenizer(name):
+    """(name, vocab_size, eot, encode, decode): "byte" is UTF-8 bytes and one end-of-text id,
+    with nothing to download; another name is one of tiktoken's encodings ("gpt2")."""
+    if name == "byte":
+        return SimpleNamespace(name="byte", vocab_size=257, eot=256,
+                               encode=lambda text: list(text.encode("utf-8")),
+                               decode=lambda ids: bytes(i for i in ids if i < 256).decode(
+                                   "utf-8", errors="replace"))
+    try:
+        enc = tiktoken_encoding(name)
+    except ImportError:
+        raise DataError(f"tokenizer {name!r} needs tiktoken: pip install tiktoken, or use "
+                        f"--tokenizer=byte") from None
+    except Exception as e:  # an unknown name, or no network for its BPE file
+        raise DataError(f"could not load tiktoken's {name!r} ({type(e).__name__}: {e}): a name "
+                        f"such as gpt2, whose BPE file tiktoken downloads once (or finds in "
+                        f"TIKTOKEN_CACHE_DIR); or --tokenizer=byte") from None
+    # encode_ordinary: a literal "<|endoftext|>" in a text is just text; decode skips the ids of
+    # the model's padding rows (padded_vocab), which have no text
+    return SimpleNamespace(name=enc.name, vocab_size=enc.n_vocab, eot=enc.eot_token,
+                           encode=enc.encode_ordinary,
+                           decode=lambda ids: enc.decode([i for i in ids if i < enc.n_vocab]))
 
 
 def tiktoken_encoding(name):
     import tiktoken  # the only place that loads BPE files (tests swap it for an offline copy)
     return tiktoken.get_encoding(name)
-
-
-def get_tokenizer(name):
-    if name == "byte":
-        return ByteTokenizer()
-    try:
-        import tiktoken
-    except ImportError:
-        raise DataError(f"tokenizer {name!r} needs tiktoken: pip install tiktoken, or use "
-                        f"--tokenizer=byte") from None
-    if name not in tiktoken.list_encoding_names():
-        raise DataError(f"unknown tokenizer {name!r}: choose byte or one of "
-                        f"{', '.join(tiktoken.list_encoding_names())}")
-    try:
-        return TiktokenTokenizer(tiktoken_encoding(name))
-    except Exception as e:
-        raise DataError(f"could not load tiktoken's {name!r} ({type(e).__name__}): tiktoken "
-                        f"downloads its BPE files once; connect once, or set TIKTOKEN_CACHE_DIR "
-                        f"to a copy of that cache, or use --tokenizer=byte") from None
 
 
 def padded_vocab(meta):
@@ -102,38 +62,31 @@ def padded_vocab(meta):
     return -(-meta["vocab_size"] // 64) * 64
 
 
-# ---- a shard: writing and reading ----
-
-def shard_dtype(vocab_size):
-    return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")  # ids < 65536: uint16
-
+# ---- shards and datasets ----
 
 def write_shard(path, tokens, vocab_size):
-    """Writes tokens as a shard (whole or not at all); returns its sha256."""
-    dtype = shard_dtype(vocab_size)
+    """tokens as a shard, written whole or not at all."""
+    dtype = np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
     header = np.zeros(256, dtype="<i4")
     header[:3] = *next(h for h, d in HEADERS.items() if d == dtype), len(tokens)
-    body = header.tobytes() + np.ascontiguousarray(tokens, dtype=dtype).tobytes()
     with atomic_write(path) as f:
-        f.write(body)
-    return hashlib.sha256(body).hexdigest()
+        f.write(header.tobytes() + np.ascontiguousarray(tokens, dtype=dtype).tobytes())
 
 
 def read_shard(path, vocab_size=None):
     """A shard's tokens (ours or llm.c's), memory-mapped, with its header checked."""
     size, header = os.path.getsize(path), np.fromfile(path, dtype="<i4", count=256)
     if len(header) < 256 or (int(header[0]), int(header[1])) not in HEADERS:
-        raise DataError(f"{path} is not a token shard (no llm.c header): delete it and run "
-                        f"prepare.py again")
+        raise DataError(f"{path} is not a token shard (no llm.c header): prepare the data again")
     dtype, n = HEADERS[int(header[0]), int(header[1])], int(header[2])
     if n <= 0 or size != 1024 + n * dtype.itemsize:
         raise DataError(f"{path}: its header says {n:,} tokens but the file has {size:,} bytes "
-                        f"(truncated?): run prepare.py again")
+                        f"(truncated?): prepare the data again")
     tokens = np.memmap(path, dtype=dtype, mode="r", offset=1024, shape=(n,))
     # a cheap check that the model can read these ids: the first million tokens
     if vocab_size is not None and int(tokens[:1 << 20].max()) >= vocab_size:
         raise DataError(f"{path}: token id {int(tokens[:1 << 20].max())} >= vocab size "
-                        f"{vocab_size}: made with another tokenizer? run prepare.py again")
+                        f"{vocab_size}: made with another tokenizer? prepare the data again")
     return tokens
 
 
@@ -143,8 +96,6 @@ def window(tokens, start, length):
     return torch.from_numpy(tokens[start:start + length + 1].astype(np.int64))
 
 
-# ---- a dataset folder ----
-
 def dataset_dir(name):
     """train.py's --dataset: a name means data/<name>; a path (with a /) is itself."""
     return name if os.sep in name or (os.altsep and os.altsep in name) else os.path.join(
@@ -152,46 +103,39 @@ def dataset_dir(name):
 
 
 def load_meta(data_dir):
-    """meta.json of a dataset; for llm.c's shards (no meta.json) what they are: GPT-2 tokens."""
+    """A dataset's meta.json (its tokenizer, vocab_size, eot and shards), checked."""
     path = os.path.join(data_dir, "meta.json")
-    if not os.path.exists(path):
-        return {"tokenizer": "gpt2", "vocab_size": 50257, "eot": 50256}
+    if not os.path.isfile(path):
+        raise DataError(f"no dataset in {data_dir} (no meta.json): make it with python "
+                        f"prepare.py, or FineWeb-Edu with python -m lab.fineweb")
     try:
         with open(path) as f:
             meta = json.load(f)
         int(meta["vocab_size"]), [(s["file"], s["split"]) for s in meta["shards"]]
     except (ValueError, KeyError, TypeError) as e:
-        raise DataError(f"{path} is unreadable ({type(e).__name__}: {e}): run prepare.py "
+        raise DataError(f"{path} is unreadable ({type(e).__name__}: {e}): prepare the data "
                         f"again") from None
     return meta
 
 
 def list_shards(data_dir, split):
-    """One split's shard paths, in order: those meta.json names, or else every *_<split>_*.bin."""
-    if not os.path.exists(os.path.join(data_dir, "meta.json")):
-        paths = sorted(glob.glob(os.path.join(data_dir, f"*_{split}_*.bin")))
-    else:
-        paths = [os.path.join(data_dir, s["file"]) for s in load_meta(data_dir)["shards"]
-                 if s["split"] == split]
-        missing = [p for p in paths if not os.path.isfile(p)]
-        if missing:
-            raise DataError(f"{missing[0]} is missing, though {data_dir}/meta.json names it: "
-                            f"run prepare.py again")
-    if not paths:
-        raise DataError(f"no {split} shards in {data_dir}: make them with python prepare.py "
-                        f"(its --help says how), or name another --dataset")
+    """One split's shard paths, in the order meta.json names them."""
+    paths = [os.path.join(data_dir, s["file"]) for s in load_meta(data_dir)["shards"]
+             if s["split"] == split]
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing or not paths:
+        why = (f"{missing[0]} is missing, though {data_dir}/meta.json names it" if missing
+               else f"no {split} shards in {data_dir}")
+        raise DataError(f"{why}: prepare the data again")
     return paths
 
 
-def data_identity(data_dir):
-    """What a checkpoint records of its data, so a resume sees a change: one sha256 of them all."""
+def load_dataset(name):
+    """({"train": shards, "val": shards}, memory-mapped, and the dataset's meta.json)."""
+    data_dir = dataset_dir(name)
     meta = load_meta(data_dir)
-    parts = [f"{s['split']}:{s['sha256']}" for s in meta.get("shards", [])] or [
-        f"{os.path.basename(p)}:{os.path.getsize(p)}"
-        for split in ("train", "val") for p in list_shards(data_dir, split)]
-    return {"dir": data_dir, "tokenizer": meta["tokenizer"],
-            "train_tokens": meta.get("train_tokens"), "val_tokens": meta.get("val_tokens"),
-            "sha256": hashlib.sha256("\n".join(parts).encode()).hexdigest()}
+    return {s: [read_shard(p, meta["vocab_size"]) for p in list_shards(data_dir, s)]
+            for s in ("train", "val")}, meta
 
 
 class Batches:
@@ -207,10 +151,9 @@ class Batches:
         self.ends = list(itertools.accumulate(self.windows))
         if self.ends[-1] < 1:
             longest = max(len(s) for s in shards)
-            fix = f"use --block_size={longest - 2} or less, or " if longest > 2 else ""
             raise DataError(f"the {split} split's longest shard has {plural(longest, 'token')}, "
-                            f"fewer than one window needs (block_size {self.T} + 2): {fix}"
-                            f"prepare more text")
+                            f"fewer than one window needs (block_size {self.T} + 2): use a "
+                            f"smaller --block_size, or prepare more text")
 
     def next(self):
         rows = []
@@ -227,6 +170,11 @@ class Batches:
 
 
 # ---- the device every script computes on ----
+
+# Dense 16-bit peak FLOP/s by card name, for MFU; longer names first ("H100 NVL" is no "H100").
+PEAK_FLOPS = {"H100 NVL": 835e12, "H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12,
+              "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
+              "RTX 4090": 165e12, "RTX 3090": 71e12, "V100": 125e12, "T4": 65e12}
 
 def setup_device(device="auto", dtype="auto"):
     """(device, dtype name, autocast): weights stay float32. auto: cuda > mps > cpu; bfloat16 on
@@ -249,6 +197,23 @@ def setup_device(device="auto", dtype="auto"):
                           f"H100) or float16 (T4, V100)")
     return device, dtype, (contextlib.nullcontext() if dtype == "float32"
                            else torch.autocast(kind, dtype=getattr(torch, dtype)))
+
+
+def peak_flops(device, dtype):
+    """A GPU's 16-bit peak FLOP/s, by its name; None on a CPU, in float32 or for another card."""
+    card = torch.cuda.get_device_name(device) if device.startswith("cuda") else ""
+    return next((f for name, f in PEAK_FLOPS.items() if name in card and dtype != "float32"), None)
+
+
+def join_processes(device, world):
+    """Under torchrun: this process's device (LOCAL_RANK: its GPU), in DDP's process group."""
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # faster
+    if world > 1:
+        if device.startswith("cuda"):
+            device = f"cuda:{os.environ['LOCAL_RANK']}"
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    return device
 
 
 # ---- files written whole: checkpoints and logs ----
@@ -311,3 +276,12 @@ def write_log(out_dir, entries):
     keeps the old run's log until its own first checkpoint replaces the old one."""
     with atomic_write(os.path.join(out_dir, "log.jsonl"), "w") as f:
         f.writelines(json.dumps(entry) + "\n" for entry in entries)
+
+
+def read_log(out_dir):
+    """A run's log entries (write_log writes log.jsonl whole); none before its first checkpoint."""
+    path = os.path.join(out_dir, "log.jsonl")
+    if not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -7,7 +7,7 @@
 
 A_n: layer n's causal attention; V_n: its values (V_1: the first layer's); E_n[x]: layer n's
 table row for token x (modded-nanogpt, 2024-12-04). The rest is nanoGPT's GPT-2 plus
-grouped-query attention (`n_kv_head`) and a KV cache.
+grouped-query attention (`n_kv_head`) and a KV cache that stores SVFormer's one value once.
 """
 import math
 from dataclasses import dataclass, fields
@@ -15,21 +15,13 @@ from dataclasses import dataclass, fields
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
-# Each value mode, and how tables and pictures name it. A mode of your own goes here and in
-# CausalSelfAttention (its line in forward, its weights in __init__): every script takes it then.
-VALUE_MODES = {
-    "vanilla": "vanilla",
-    "resformer": "ResFormer",
-    "svformer": "SVFormer",
-    "value_embed": "value embeddings",
-}
-# Learned weights that mix values, by attribute name, and what the log calls them. They step at
-# lambda_lr_scale x the lr with no weight decay (it would pull a mix toward 0). Add yours here.
-MIXING_WEIGHTS = {"value_lambdas": "lambda_1/lambda_2", "value_lambda": "lambda"}
-# One-token decode steps skip cuDNN, which plans per shape while the key length grows each step.
-DECODE_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+# The value modes. A mode of your own: its name here, its weights in CausalSelfAttention.__init__
+# and its line in CausalSelfAttention.forward; every script takes it from there.
+VALUE_MODES = ("vanilla", "resformer", "svformer", "value_embed")
+# Learned weights that mix values, by attribute name: they step at lambda_lr_scale x the lr with
+# no weight decay (decay would pull a mix toward 0), and the log shows them. Add yours here.
+MIXING_WEIGHTS = ("value_lambdas", "value_lambda")
 
 
 @dataclass
@@ -97,8 +89,7 @@ class KVCache:
         """Append k (and v, unless None); return all the keys and values this layer attends to."""
         start, end = self.length, self.length + k.size(2)
         if end > self.max_len:
-            raise ValueError(f"KVCache holds {self.max_len} tokens; {end} do not fit "
-                             f"(GPT.new_kv_cache(batch_size, max_len) makes a longer one)")
+            raise ValueError(f"KVCache holds {self.max_len} tokens; {end} do not fit")
         self.keys[layer][:, :, start:end] = k
         if v is not None:
             self.values[layer][:, :, start:end] = v
@@ -160,16 +151,11 @@ class CausalSelfAttention(nn.Module):
         if kv_cache is not None:  # only a layer that owns its value stores it (svformer: V_1)
             k, attended_value = kv_cache.store(self.layer_idx, k,
                                                value if self.owns_value else None)
-        group = self.n_head // self.n_kv_head
-        if group > 1 and not (q.is_cuda and torch.cuda.get_device_capability(q.device) >= (8, 0)):
-            # Grouped k, v go to SDPA as they are only where flash attention runs (CUDA sm80+);
-            # any other kernel would fall back to the slow math one, so repeat them per query head.
-            k, attended_value, group = (k.repeat_interleave(group, dim=1),
-                                        attended_value.repeat_interleave(group, dim=1), 1)
-        # T == 1 decoding attends to the whole cache, so no mask; otherwise causal.
+        # T == 1 decoding attends to the whole cache, so no mask; otherwise causal. With fewer
+        # key/value heads than query heads (GQA) SDPA shares each among its group of queries.
         y = F.scaled_dot_product_attention(q, k, attended_value, is_causal=T > 1,
                                            dropout_p=self.dropout if self.training else 0.0,
-                                           enable_gqa=group > 1)
+                                           enable_gqa=self.n_kv_head != self.n_head)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side again
         return self.resid_dropout(self.c_proj(y)), value
 
@@ -232,25 +218,35 @@ class GPT(nn.Module):
         wpe = self.transformer["wpe"] if "wpe" in self.transformer else None  # (RoPE has none)
         return n - wpe.weight.numel() if non_embedding and wpe is not None else n
 
+    def flops_per_token(self, seq_len):
+        """Training FLOPs per token, PaLM's count as nanoGPT's estimate_mfu: 6 per weight that
+        multiplies, plus attention's 12 L C T. A lookup table (positions, value embeddings)
+        multiplies nothing; the token table does, as the output head."""
+        tables = sum(m.weight.numel() for name, m in self.named_modules()
+                     if isinstance(m, nn.Embedding) and name != "transformer.wte")
+        c = self.config
+        return (6 * (sum(p.numel() for p in self.parameters()) - tables)
+                + 12 * c.n_layer * c.n_embd * seq_len)
+
     @classmethod
     def from_checkpoint(cls, ckpt, device="cpu"):
-        """A trained model in eval mode (its weights: load_weights)."""
-        model = cls(GPTConfig(**ckpt["model_args"]))
+        """A trained model from train.py's checkpoint, in eval mode."""
+        model = cls(GPTConfig.from_dict(ckpt["model_args"]))
         model.load_weights(ckpt["model"])
         return model.to(device).eval()
 
-    def load_weights(self, theirs):
-        """load_state_dict; weights of another model.py: one line naming the tensors that differ."""
+    def load_weights(self, state):
+        """load_state_dict; the weights of another model.py: one line naming what differs."""
         mine = self.state_dict()
-        differ = sorted(set(mine) ^ set(theirs)) + [k for k in mine if k in theirs and
-                                                    mine[k].shape != theirs[k].shape]
+        differ = sorted(set(mine) ^ set(state)) + [k for k in mine if k in state and
+                                                   mine[k].shape != state[k].shape]
         if differ:
             raise ValueError(f"it does not fit today's model.py ({', '.join(differ[:3])}"
                              f"{', ...' if len(differ) > 3 else ''}): other code trained it")
-        self.load_state_dict(theirs)
+        self.load_state_dict(state)
 
-    def forward(self, idx, targets=None, all_logits=False, kv_cache=None):
-        """(logits, loss): logits of every position given targets or all_logits, else the last's."""
+    def hidden_states(self, idx, kv_cache=None):
+        """The last layer's normalised output (B, T, n_embd): what lm_head turns into logits."""
         B, T = idx.size()
         start = kv_cache.length if kv_cache is not None else 0
         if start > 0 and T > 1:  # SDPA's causal mask assumes queries and keys start together
@@ -269,9 +265,13 @@ class GPT(nn.Module):
                 first_value = value  # V_1, not detached: all layers' gradients reach layer 1's W_V
         if kv_cache is not None:
             kv_cache.length += T  # once every layer has stored these T tokens
-        x = self.transformer.ln_f(x)
-        if targets is None:
-            return self.lm_head(x if all_logits else x[:, -1:, :]), None
+        return self.transformer.ln_f(x)
+
+    def forward(self, idx, targets=None, kv_cache=None):
+        """(logits, loss) given targets; without, (the last position's logits, None)."""
+        x = self.hidden_states(idx, kv_cache)
+        if targets is None:  # generating: only the next token's logits are needed
+            return self.lm_head(x[:, -1:, :]), None
         logits = self.lm_head(x)
         return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
 
@@ -285,84 +285,49 @@ class GPT(nn.Module):
                        param.device, dtype)
 
     @torch.no_grad()
-    def generate_tokens(self, idx, max_new_tokens, temperature=1.0, top_k=None, kv_cache=None):
-        """Yield (B, 1) next tokens (temperature 0: greedy). kv_cache: one to fill from the prompt,
-        None for a new one, or False (nanoGPT: none); past block_size each token refills it."""
-        B, T = idx.shape
-        kv_cache = self.new_kv_cache(B) if kv_cache is None else kv_cache
-        limit = min(self.config.block_size, kv_cache.max_len if kv_cache else math.inf)
-        # one buffer for prompt and new tokens, so no step copies the sequence (torch.cat would)
-        tokens = torch.empty(B, T + max_new_tokens, dtype=idx.dtype, device=idx.device)
-        tokens[:, :T] = idx
-        next_input = None
-        for end in range(T, T + max_new_tokens):
-            context = tokens[:, max(0, end - limit):end]
-            if kv_cache is False:
-                logits, _ = self(context)
-            elif next_input is None or kv_cache.length >= limit:
-                kv_cache.length = 0  # (re)fill from the cropped context
-                logits, _ = self(context, kv_cache=kv_cache)
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
+        """idx (B, T) followed by max_new_tokens sampled tokens (temperature 0: the likeliest).
+        With the cache a step feeds only the newest token and attends to the stored keys and
+        values; without it (nanoGPT's way) every step runs the whole context again. Past
+        block_size the context is cropped, and the cache refilled from it."""
+        cache = self.new_kv_cache(idx.size(0)) if use_cache else None
+        for _ in range(max_new_tokens):
+            if cache is not None and 0 < cache.length < self.config.block_size:
+                logits, _ = self(idx[:, -1:], kv_cache=cache)
             else:
-                with sdpa_kernel(DECODE_SDPA_BACKENDS):
-                    logits, _ = self(next_input, kv_cache=kv_cache)
-            # nothing here waits for the GPU: cache lengths are Python ints, sampling has no .item()
-            next_input = sample_next(logits[:, -1, :].float(), temperature, top_k)
-            tokens[:, end] = next_input[:, 0]
-            yield next_input
+                if cache is not None:
+                    cache.length = 0  # (re)filled from the cropped context
+                logits, _ = self(idx[:, -self.config.block_size:], kv_cache=cache)
+            logits = logits[:, -1, :].float()
+            if temperature == 0:
+                idx_next = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:  # only the k likeliest tokens stay candidates
+                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                    logits[logits < v[:, [-1]]] = -float("Inf")
+                idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx
 
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, kv_cache=None):
-        """idx (B, T) with max_new_tokens more tokens: (B, T + max_new_tokens)."""
-        return torch.cat([idx, *self.generate_tokens(idx, max_new_tokens, temperature, top_k,
-                                                      kv_cache)], dim=1)
+    def mixing_weights(self):
+        """{name: value} of the learned mixing weights, for the log (more than 2 numbers: mean)."""
+        return {name if p.numel() <= 2 else f"{name}:mean":
+                p.tolist() if p.numel() <= 2 else p.mean().item()
+                for name, p in self.named_parameters() if name.rpartition(".")[2] in MIXING_WEIGHTS}
 
-    def parameter_groups(self):
-        """(name, parameter) lists: "mixing" (MIXING_WEIGHTS), "decay" (matrices), "no_decay"."""
+    def configure_optimizers(self, weight_decay, learning_rate, betas, lambda_lr_scale=1.0):
+        """AdamW in groups, each with its "lr_scale" (train.py multiplies the lr by it): matrices
+        decay (nanoGPT's rule), vectors do not, and a mixing weight steps at lambda_lr_scale x lr
+        without decay: it scales a layer's values, and Adam moves a scalar about lr a step."""
         groups = {"decay": [], "no_decay": [], "mixing": []}
         for name, p in self.named_parameters():
             groups["mixing" if name.rpartition(".")[2] in MIXING_WEIGHTS else
-                   "decay" if p.dim() >= 2 else "no_decay"].append((name, p))
-        return groups
-
-    def mixing_weights(self):
-        """{name: value} of the mixing weights, a result of training (over 2 numbers: name:mean)."""
-        return {name if p.numel() <= 2 else f"{name}:mean":
-                p.detach().cpu().tolist() if p.numel() <= 2 else p.detach().mean().item()
-                for name, p in self.parameter_groups()["mixing"]}
-
-    def configure_optimizers(self, weight_decay, learning_rate, betas, lambda_lr_scale=1.0):
-        """AdamW over parameter_groups(), each at lr x its "lr_scale": a mixing weight scales a
-        layer's values and Adam moves a scalar about lr a step whatever its gradient, so it gets
-        lambda_lr_scale x lr, and no decay (which would pull a mix toward 0)."""
-        groups, decay_and_scale = self.parameter_groups(), {
-            "decay": (weight_decay, 1.0), "no_decay": (0.0, 1.0), "mixing": (0.0, lambda_lr_scale)}
-        return torch.optim.AdamW([{"params": [p for _, p in groups[kind]], "weight_decay": decay,
-                                   "lr_scale": scale} for kind, (decay, scale) in
-                                  decay_and_scale.items() if groups[kind] or kind != "mixing"],
+                   "decay" if p.dim() >= 2 else "no_decay"].append(p)
+        settings = {"decay": (weight_decay, 1.0), "no_decay": (0.0, 1.0),
+                    "mixing": (0.0, lambda_lr_scale)}
+        return torch.optim.AdamW([{"params": groups[kind], "weight_decay": decay, "lr_scale": scale}
+                                  for kind, (decay, scale) in settings.items()
+                                  if groups[kind] or kind != "mixing"],
                                  lr=learning_rate, betas=betas,
                                  fused=self.lm_head.weight.is_cuda or None)  # one kernel on GPUs
-
-
-def mixing_by_layer(mixing):
-    """{label: {layer (1-based): [values]}} from mixing_weights(): 'transformer.h.3.attn.
-    value_lambdas' is lambda_1/lambda_2 of layer 4; a weight outside the blocks is layer 0."""
-    kinds = {}
-    for name, value in mixing.items():
-        parts = name.removesuffix(":mean").split(".")
-        layer = int(parts[2]) + 1 if parts[:2] == ["transformer", "h"] else 0
-        label = MIXING_WEIGHTS.get(parts[-1], parts[-1])
-        kinds.setdefault(label, {})[layer] = value if isinstance(value, list) else [value]
-    return kinds
-
-
-def sample_next(logits, temperature=1.0, top_k=None):
-    """The next token from (B, vocab) logits: greedy at temperature 0, else top-k sampling."""
-    if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits / temperature
-    if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    # A draw from softmax(logits) without torch.multinomial, which checks its input with a GPU
-    # sync per call: argmax of p_i / E_i with E_i ~ Exp(1) picks i with probability p_i.
-    noise = torch.empty_like(logits).exponential_()
-    return (logits.softmax(dim=-1) / noise).argmax(dim=-1, keepdim=True)
