@@ -23,9 +23,10 @@ A variant is a value mode of model.py with optional suffixes _learnable (ResForm
 lambdas) and _kvN (N key/value heads), then optional :key=value settings for it alone. Every run
 is `python train.py` in its own folder (<variant>_seed<k>/), --jobs at a time (on GPUs, spread
 over them), or by any scheduler: --plan prints the runs' commands. The same command again reuses
-finished runs and resumes stopped ones, only where today's code computes what theirs did (lab/
-probe.py); a run of other code is set aside and trained again. Writes results.md, results.json
-and (with matplotlib) pictures to out_dir.
+finished runs and resumes stopped ones, only where the code that trained them is today's, to the
+last character but comments, docstrings and formatting (lab/runs.py, code_version); a run of
+other code is moved aside, kept, and trained again. Writes results.md, results.json and (with
+matplotlib) pictures to out_dir.
 """
 import collections
 import os
@@ -41,9 +42,8 @@ from lab.analysis import FLOOR, bands, bracketed
 from lab.grid import (best_lrs, build_grid, calibrated, calibration_folders, own_lrs, parse_list,
                       parse_modes, parse_seeds, per_mode, search_lrs, tune_plan, tuned_grid,
                       with_floor)
-from lab.probe import Probes
-from lab.runs import hardware, plan_line, run_grid
-from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, given_settings
+from lab.runs import code_version, hardware, plan_line, run_grid
+from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
 
 COMPARE_SETTINGS = dict(
     modes=("vanilla,resformer:lambda_1=2:lambda_2=1,svformer",
@@ -61,8 +61,8 @@ COMPARE_SETTINGS = dict(
                     "(another CPU or thread count), beside every difference (0 = off)", (0, None)),
     calibration=("", "folders of this setting's runs on other seeds (compare out_dirs, comma-"
                      "separated): beside each one-seed difference, where it fell on those seeds"),
-    reuse_other_code=(False, "reuse runs (and calibrations) that today's code did not compute "
-                             "(their probe differs): said in results.md; for reading old records"),
+    reuse_other_code=(False, "reuse runs (and calibrations) that other code trained (another "
+                             "code version): said in results.md; for reading old records"),
     analysis_samples=(64, "held-out windows for attention entropy and token similarity",
                       (1, None)),
     tune=(False, "first find each variant's best peak learning rate, then compare each at its "
@@ -92,13 +92,15 @@ DEFAULT_PRESET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confi
 
 def main(argv):
     if not any(not a.startswith("-") for a in argv) and os.path.isfile(DEFAULT_PRESET):
-        argv = [DEFAULT_PRESET] + list(argv)  # no preset named: the comparison preset
+        argv = [DEFAULT_PRESET] + list(argv)  # no preset named: the comparison preset, said
+        said = next(line.strip("# \n") for line in open(DEFAULT_PRESET) if line[:1] == "#")
+        print(f"no preset named: config/compare.py ({said})", flush=True)
     for arg in argv:  # train.py's settings that mean nothing here, each said in one line
         if arg.startswith("--") and arg[2:].partition("=")[0] in ACTIONS:
             raise ConfigError(f"compare.py takes no {arg}: the same command again reuses finished "
                               f"runs and resumes stopped ones from their checkpoints; to train "
                               f"them afresh, use another --out_dir")
-    if "seed" in given_settings(argv):  # train.py's one seed: here --seeds names every one
+    if any(a.startswith("--seed=") for a in argv):  # train.py's one seed: --seeds lists them
         raise ConfigError("compare.py takes no seed: --seeds lists the seeds to train "
                           "(--seeds=42 for one, --seeds=42,43,44 for three)")
     cfg = vars(parse_args(SETTINGS, argv, USAGE))
@@ -107,12 +109,12 @@ def main(argv):
     gpus = torch.cuda.device_count() if device == "cuda" else 0  # cuda:N: that one GPU alone
     jobs = cfg["jobs"] or (gpus or 1 if device.startswith(("cuda", "mps"))
                            else max(1, (os.cpu_count() or 1) // cfg["threads"]))
-    root = cfg["out_dir"]
+    root, today = cfg["out_dir"], code_version()  # today: the version of today's code
     os.makedirs(root, exist_ok=True)
-    data_dir = data.dataset_dir(cfg["dataset"])
-    unit = "byte" if data.load_meta(data_dir)["tokenizer"] == "byte" else "token"  # the loss's
-    data.list_shards(data_dir, "train")  # the data's problems in one line now, not once per run
-    today = Probes(root, cfg["reuse_other_code"])  # what today's code computes, per setting
+    if not cfg["plan"]:  # (a plan prints commands: its data may come later)
+        data_dir = data.dataset_dir(cfg["dataset"])
+        unit = "byte" if data.load_meta(data_dir)["tokenizer"] == "byte" else "token"  # loss's
+        data.list_shards(data_dir, "train")  # the data's problems in one line, not once a run
     drawing = not cfg["plan"] and plots.pyplot(quiet=True)
     if not drawing and not cfg["plan"]:  # without matplotlib, said now: a search takes hours
         print("pictures: matplotlib is not installed (pip install matplotlib): results.md only",
@@ -141,7 +143,7 @@ def main(argv):
         unique.setdefault(run["out_dir"], (key, run))
     if cfg["plan"]:  # each run not finished yet as a shell command; nothing trains here
         for _, run in unique.values():
-            if line := plan_line(run, cfg["threads"], today(run)):
+            if line := plan_line(run, cfg["threads"], today):
                 print(line)
         return 0
     spread = f" over {plural(gpus, 'GPU')}" if gpus else ""
@@ -154,7 +156,8 @@ def main(argv):
         print(f"the loss picture, redrawn every 30 s while they train: "
               f"{os.path.join(root, 'loss.png')}", flush=True)
     done, interrupted, failed = run_grid(list(unique.values()), jobs, cfg["threads"],
-                                         cfg["analysis_samples"], today, live, gpus)
+                                         cfg["analysis_samples"], today, live, gpus,
+                                         cfg["reuse_other_code"])
     if interrupted:
         return stopped(root)
     if failed:  # no tables: they would leave the failed variants out as if never asked for
@@ -176,9 +179,7 @@ def main(argv):
                                                    for s in done.values())),
             "wall_min": (time.time() - t_start) / 60, "runs": len(unique),
             "reused": sum(1 for s in done.values() if s.get("reused")),
-            "other_code": cfg["reuse_other_code"],
-            "given": sorted(given_settings(
-                argv[1:] if argv and argv[0] == DEFAULT_PRESET else argv)),
+            "other_code": cfg["reuse_other_code"], "code": today,
             "escape_loss": cfg["escape_loss"], "unit": unit, "steps": cfg["max_iters"],
             "calibration": calibration and {k: calibration[k] for k in (
                 "folder", "seeds", "command", "unused", "machines")}}

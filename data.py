@@ -35,15 +35,16 @@ def get_tokenizer(name):
                                encode=lambda text: list(text.encode("utf-8")),
                                decode=lambda ids: bytes(i for i in ids if i < 256).decode(
                                    "utf-8", errors="replace"))
+    import tiktoken
+    if name not in tiktoken.list_encoding_names():
+        raise DataError(f"unknown tokenizer {name!r}: choose byte or one of "
+                        f"{', '.join(tiktoken.list_encoding_names())}")
     try:
         enc = tiktoken_encoding(name)
-    except ImportError:
-        raise DataError(f"tokenizer {name!r} needs tiktoken: pip install tiktoken, or use "
+    except Exception as e:  # no network for its BPE file
+        raise DataError(f"could not load tiktoken's {name!r} ({type(e).__name__}): it downloads "
+                        f"its BPE file once (or finds it in TIKTOKEN_CACHE_DIR); or use "
                         f"--tokenizer=byte") from None
-    except Exception as e:  # an unknown name, or no network for its BPE file
-        raise DataError(f"could not load tiktoken's {name!r} ({type(e).__name__}: {e}): a name "
-                        f"such as gpt2, whose BPE file tiktoken downloads once (or finds in "
-                        f"TIKTOKEN_CACHE_DIR); or --tokenizer=byte") from None
     # encode_ordinary: a literal "<|endoftext|>" in a text is just text; decode skips the ids of
     # the model's padding rows (padded_vocab), which have no text
     return SimpleNamespace(name=enc.name, vocab_size=enc.n_vocab, eot=enc.eot_token,
@@ -277,11 +278,3 @@ def write_log(out_dir, entries):
     with atomic_write(os.path.join(out_dir, "log.jsonl"), "w") as f:
         f.writelines(json.dumps(entry) + "\n" for entry in entries)
 
-
-def read_log(out_dir):
-    """A run's log entries (write_log writes log.jsonl whole); none before its first checkpoint."""
-    path = os.path.join(out_dir, "log.jsonl")
-    if not os.path.isfile(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]

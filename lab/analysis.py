@@ -5,7 +5,6 @@ model size, the learning-rate search's rules, and the paper's two analysis measu
 (attention entropy, token similarity) with the forward hooks that collect what they need.
 """
 import math
-import re
 
 import numpy as np
 import torch
@@ -290,42 +289,20 @@ def lr_range(mean_loss, within=0.02):
     return {"good_lrs": [good[0], good[-1]], "loss_at_double": at_double}
 
 
-# ---- what a variant costs: parameters, FLOPs, the KV cache; MFU ----
-
-# Dense 16-bit tensor-core peak FLOP/s per GPU, for MFU (a GPU not listed gets none rather than a
-# wrong one), longer names first: an "H100 NVL" is not an SXM "H100".
-GPU_PEAK_FLOPS = {
-    "H100 NVL": 835e12, "H200 NVL": 835e12, "H100 PCIe": 756e12, "GH200": 989.4e12,
-    "H100": 989.4e12, "H200": 989.4e12, "A100": 312e12, "A10G": 70e12, "A10": 125e12,
-    "L40S": 362e12, "L4": 121e12, "RTX 4090": 165e12, "RTX 3090": 71e12, "RTX A6000": 155e12,
-    "V100": 125e12, "T4": 65e12}
-
-
-def gpu_peak_flops(gpu, dtype):
-    """The 16-bit peak of a GPU named like 'NVIDIA H100 80GB HBM3' (a whole word), else None."""
-    return next((flops for name, flops in GPU_PEAK_FLOPS.items() if gpu and dtype != "float32"
-                 and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", gpu)), None)
-
-
-def mfu(model, seq_len, tokens_per_sec, peak_flops):
-    """Model FLOPs utilisation (PaLM's count, as nanoGPT's): the FLOP/s a run achieves per GPU,
-    by sizes()' FLOPs per token, over the GPU's peak."""
-    return sizes(model, seq_len)["flops_per_token"] * tokens_per_sec / peak_flops
+# ---- what a variant costs: parameters, FLOPs, the KV cache ----
 
 def sizes(model, seq_len):
     """Total parameters (without the learned positions, as GPT.num_params), those one token
     uses (a lookup table, such as a value embedding's, counts one row), training FLOPs per token
-    (PaLM: 6 x the matmul weights + 12 L C T; lookups multiply nothing) and the KV cache's bytes
-    per token (a real one-token KVCache: one count of it, in model.py)."""
-    c = model.config
+    (GPT.flops_per_token: lookups multiply nothing) and the KV cache's bytes per token (a real
+    one-token KVCache: one count of it, in model.py)."""
     tables = [m for name, m in model.named_modules() if isinstance(m, torch.nn.Embedding)
               and name not in ("transformer.wte", "transformer.wpe")]
     total = model.num_params()
     return {"num_params": total,
             "active_params": total - sum(m.weight.numel() - m.embedding_dim for m in tables),
-            "flops_per_token": 6 * (total - sum(m.weight.numel() for m in tables))
-            + 12 * c.n_layer * c.n_embd * seq_len,
-            "kv_cache_bytes_per_token": KVCache(c, 1, 1, "cpu", torch.float32).nbytes()}
+            "flops_per_token": model.flops_per_token(seq_len),
+            "kv_cache_bytes_per_token": KVCache(model.config, 1, 1, "cpu", torch.float32).nbytes()}
 
 
 # ---- the two analysis measures (the paper's official definitions) ----
@@ -380,7 +357,7 @@ def internals(model, x):
              for block in model.transformer.h]
     F.scaled_dot_product_attention = recording
     try:
-        model(x, all_logits=True)
+        model.hidden_states(x)
     finally:
         F.scaled_dot_product_attention = sdpa
         for hook in hooks:
@@ -401,3 +378,28 @@ def analyse(model, windows, batch=8):
             similarity[layer] += token_similarity(hidden[layer]) * len(x)
     return {"attention_entropy": (entropy / len(windows)).tolist(),
             "similarity": (similarity / len(windows)).tolist()}
+
+
+# Cached against recomputed float32 logits differ by rounding alone (1e-7 to 1e-5); a wrong cache,
+# even in a freshly drawn model whose attention barely matters, is off by 1e-3 or more.
+LOGIT_TOLERANCE = 1e-4
+
+
+@torch.no_grad()
+def cache_logit_error(model, seq, prompt_len):
+    """Largest |difference| between the logits of cached decoding along seq (a prefill of
+    prompt_len tokens, then one token a step) and those of one forward pass over seq, in exact
+    float32 (autocast and TF32 off). In bf16 the two paths run other kernels, whose rounding can
+    flip a near-tie in greedy decoding: equal tokens are no test there, these logits are."""
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.autocast(seq.device.type, enabled=False):
+            full = model.lm_head(model.hidden_states(seq))
+            cache = model.new_kv_cache(seq.size(0), dtype=torch.float32)
+            steps = [model.lm_head(model.hidden_states(seq[:, :prompt_len], cache))]
+            steps += [model(seq[:, t:t + 1], kv_cache=cache)[0]
+                      for t in range(prompt_len, seq.size(1))]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    return (torch.cat(steps, dim=1) - full).abs().max().item()

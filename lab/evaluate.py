@@ -16,6 +16,8 @@ import data
 from configurator import parse_args, run_main
 from model import GPT
 
+from .runs import read_log
+
 SETTINGS = dict(
     out_dir=("out", "the run's folder: its ckpt.pt and log.jsonl"),
     batch_size=(0, "windows a forward pass (0: the run's own batch_size)", (0, None)),
@@ -60,7 +62,7 @@ def evaluate(out_dir, batch_size=0, device=""):
     final = {"iter": ckpt["iter_num"], "kind": "final", "val_loss_full": loss, "val_tokens": n,
              "seconds": time.time() - t0}
     # the log as train.py wrote it, with this step's final entry (an earlier one replaced)
-    entries = [e for e in data.read_log(out_dir) if e["kind"] != "final" or e["iter"] != final["iter"]]
+    entries = [e for e in read_log(out_dir) if e["kind"] != "final" or e["iter"] != final["iter"]]
     data.write_log(out_dir, entries + [final])
     print(f"{out_dir}, step {final['iter']}: val loss over the whole validation split "
           f"({n:,} tokens): {loss:.4f}", flush=True)

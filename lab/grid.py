@@ -13,9 +13,8 @@ from configurator import ConfigError, parse_args
 from model import VALUE_MODES
 from train import SETTINGS as TRAIN_SETTINGS
 
-from . import probe as probes
 from .analysis import FLOOR, crossing, escape, next_lr, paired_stats, round_lr
-from .runs import LAB_SETTINGS, ROOT, final_loss, finished, run_grid
+from .runs import LAB_SETTINGS, ROOT, by_other_code, final_loss, finished, run_grid
 
 # a variant's name: a value mode of model.py, then optional _learnable and _kvN shorthands
 MODE_RE = re.compile(r"^(\w+?)(_learnable)?(?:_kv(\d+))?$")
@@ -164,7 +163,8 @@ def search_lrs(cfg, modes, root, jobs, today):
         print(f"lr search, round {round_no}: {len(grid)} runs ({todo} to train) on seeds "
               f"{seeds}", flush=True)
         summaries, interrupted, failed = run_grid(grid, jobs, cfg["threads"],
-                                                  cfg["analysis_samples"], today)
+                                                  cfg["analysis_samples"], today,
+                                                  force=cfg["reuse_other_code"])
         if interrupted or failed:
             return None, interrupted, failed
         losses = {name: {lr: [final_loss(summaries[name, s, lr]) for s in seeds]
@@ -296,7 +296,7 @@ def calibration_folders(cfg):
 def calibrated(cfg, modes, seeds, today):
     """What --calibration's folders (comparisons of their own, each with its results.json) say
     of this setting on other seeds: for each variant whose runs there are finished with exactly
-    this command's settings (seed and folder aside) by today's code (its probe), the per-seed
+    this command's settings (seed and folder aside) by today's code (its version), the per-seed
     differences to vanilla at the end and along the run, and the machines that trained them. A
     variant whose runs differ, are missing, or were trained by other code gets none: said on
     stdout and in results.md."""
@@ -312,10 +312,9 @@ def calibrated(cfg, modes, seeds, today):
             except (ConfigError, data.DataError) as e:  # other settings there: not this one's
                 unused.setdefault(name, str(e))
                 continue
-            why = summary and not today.force and not probes.same(summary.get("probe"), today(run))
+            why = summary and by_other_code(run["out_dir"], today, cfg["reuse_other_code"])
             if why:
-                unused.setdefault(name, f"{run['out_dir']} was trained by other code: "
-                                  f"{probes.differs(summary.get('probe'), today(run))}")
+                unused.setdefault(name, f"{run['out_dir']} was trained by other code ({why})")
             elif (summary or {}).get("status") != "done":  # missing, or diverged
                 unused.setdefault(name, f"{run['out_dir']}: not finished there")
             else:

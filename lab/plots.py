@@ -8,12 +8,16 @@ import textwrap
 import numpy as np
 
 from configurator import plural
-from model import VALUE_MODES, mixing_by_layer
+from model import VALUE_MODES
 
 from .runs import read_log
+from .tables import mixing_by_layer
 
 from .analysis import FLOOR, bracketed, escape, vanilla_curve
 
+# How the pictures name each value mode (the tables keep the exact names); another mode: its name.
+MODE_NAMES = {"vanilla": "vanilla", "resformer": "ResFormer", "svformer": "SVFormer",
+              "value_embed": "value embeddings"}
 # what the difference panels draw as a grey band around 0 (analysis.FLOOR's runs)
 FLOOR_LABEL = ("rounding alone, around 0 (vanilla nudged one float32 step): another CPU, "
                "not another seed")
@@ -30,7 +34,7 @@ def label(name, note=None):
     mode = max((m for m in VALUE_MODES if base.startswith(m)), key=len, default=None)
     if mode is None:
         return name
-    words, rest = [VALUE_MODES[mode]], base[len(mode):]
+    words, rest = [MODE_NAMES.get(mode, mode)], base[len(mode):]
     if "_learnable" in rest:
         words.append("learned λ")
     if "_kv" in rest:
@@ -139,8 +143,8 @@ def write_all(root, results, search=None, escape_loss=0.0, unit="token"):
             for kind, by_layer in kinds.items():
                 layers = sorted(by_layer)
                 values = np.array([by_layer[layer] for layer in layers])
-                parts = (kind.split("/") if kind.count("/") == values.shape[1] - 1 else
-                         [f"{kind}[{i}]" for i in range(values.shape[1])])
+                parts = (["λ1", "λ2"] if kind == "value_lambdas" else [kind] if values.shape[1] == 1
+                         else [f"{kind}[{i}]" for i in range(values.shape[1])])
                 for i, part in enumerate(parts):
                     ax.plot(layers, values[:, i], marker="os^v"[i % 4], lw=LINE,
                             label=f"{label(name)}: {part}")
@@ -336,8 +340,7 @@ def live_loss(root, grid, escape_loss=0.0, unit="token", calibration=None):
         evals = [r for r in log if r["kind"] == "eval"]
         if len(evals) >= 2:
             runs.setdefault(name, []).append((seed, evals))
-            per_step = per_step or next((r.get("tokens_per_step") for r in log
-                                         if r["kind"] == "config"), None)
+            per_step = per_step or evals[-1]["tokens"] // evals[-1]["iter"]
     if plt is None or not runs or all(name == FLOOR for name in runs):
         return None
     results = {}

@@ -1,15 +1,17 @@
 """
 compare.py's runs: each is `python train.py` in its own folder (the noise floor's through
-lab.nudged), `jobs` side by side (each on a fixed number of CPU threads). A finished run is reused
-and a stopped one resumed only where its settings and the code that trained it (its probe) are
-today's; summary.json is a finished run's numbers with the analysis of its final model.
+lab.nudged), then `python -m lab.evaluate` in the same slot, `jobs` side by side (each on a fixed
+number of CPU threads). A finished run is reused, and a stopped one resumed, only where its
+settings are the same and the code that trained it is today's (code_version); summary.json is a
+finished run's numbers with the analysis of its final model.
 """
+import ast
+import hashlib
 import json
 import os
 import platform
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -22,7 +24,6 @@ from configurator import ConfigError, plural
 from model import GPT
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
 
-from . import probe as probes
 from .analysis import analyse, sizes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,6 +32,34 @@ SUMMARY_FORMAT = "value-residual-gpt/2"  # summary.json's; the committed records
 # what a run may set beyond train.py's settings: lab.nudged's coin seed (the noise floor)
 LAB_SETTINGS = dict(nudge=(0, "nonzero: train through lab.nudged, each initial weight one "
                               "float32 step up or down (the noise floor)", (0, None)))
+# The code of a run: every .py file at the project's root but these scripts, which train
+# nothing (so a module a student adds there counts), and the lab's two that a run executes.
+NOT_A_RUNS_CODE = ("compare.py", "bench.py", "sample.py", "prepare.py", "test_model.py",
+                   "conftest.py")
+RUN_LAB_CODE = ("lab/evaluate.py", "lab/nudged.py")
+# How a slot starts a process (args, stdout=file, stderr=..., env=...): tests run them in-process.
+launch = subprocess.Popen
+
+
+def code_version(root=ROOT):
+    """A fingerprint of the code that trains and scores a run: the syntax trees of its files
+    without their docstrings. So a comment, a docstring or a reformatting changes nothing, and
+    any other edit, anywhere in them (the model, the schedule, the loop, the optimizer's groups,
+    the evaluation, a name, a number), changes it: no run of other code is ever taken as today's."""
+    digest = hashlib.sha256()
+    names = sorted(n for n in os.listdir(root) if n.endswith(".py") and n not in NOT_A_RUNS_CODE)
+    for name in names + list(RUN_LAB_CODE):
+        with open(os.path.join(root, name), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):  # docstrings out: the first string of a body
+            body = getattr(node, "body", None)
+            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                    and body and isinstance(body[0], ast.Expr)
+                    and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                node.body = body[1:] or [ast.Pass()]
+        digest.update(f"{name}\n{ast.dump(tree)}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def heldout_windows(cfg, n):
@@ -63,16 +92,16 @@ def progress(todo, running, timing, jobs, so_far=None):
     the finished runs' seconds and steps, and under "started" each running run's start time
     and step), times the steps of the slot that finishes last when the runs left fill `jobs`
     slots as run_grid starts them."""
-    seen = {cfg["out_dir"]: last_step(cfg["out_dir"]) for _, cfg, _, _ in running}
+    seen = {cfg["out_dir"]: last_step(cfg["out_dir"]) for _, cfg, *_ in running}
     times = [so_far] if so_far else []
     seconds, steps_done, now = timing["seconds"], timing["steps"], time.time()
-    for key, cfg, _, _ in running:
+    for key, cfg, *_ in running:
         start_time, start_step = timing.get("started", {}).get(key, (now, seen[cfg["out_dir"]][0]))
         if seen[cfg["out_dir"]][0] > start_step:  # (one that has logged no step says nothing)
             seconds += now - start_time
             steps_done += seen[cfg["out_dir"]][0] - start_step
     if steps_done and (todo or running):
-        slots = [max(cfg["max_iters"] - seen[cfg["out_dir"]][0], 0) for _, cfg, _, _ in running]
+        slots = [max(cfg["max_iters"] - seen[cfg["out_dir"]][0], 0) for _, cfg, *_ in running]
         slots += [0] * max(jobs - len(slots), 0)
         for _, cfg in todo:
             slots[slots.index(min(slots))] += cfg["max_iters"]
@@ -83,7 +112,7 @@ def progress(todo, running, timing, jobs, so_far=None):
         parts.append("running: " + ", ".join(
             f"{os.path.basename(cfg['out_dir'])} at {seen[cfg['out_dir']][0]}/{cfg['max_iters']}"
             + (f" (loss {seen[cfg['out_dir']][1]:.3f})" if seen[cfg["out_dir"]][1] else "")
-            for _, cfg, _, _ in running))
+            for _, cfg, *_ in running))
     return f" ({'; '.join(parts)})" if parts else ""
 
 
@@ -133,40 +162,46 @@ def finished(cfg, run_dir, threads=None):
 
 
 def command(cfg, run_dir):
-    """(the command for one run, whether it resumes): a stopped run of these settings goes on
-    from its checkpoint; one of other settings is refused."""
+    """(the commands of one run: train.py, then lab.evaluate; whether it resumes): a stopped run
+    of these settings goes on from its checkpoint, one of other settings is refused."""
     program = ["-m", "lab.nudged", f"--nudge={cfg['nudge']}"] if cfg.get("nudge") else [TRAIN_PY]
-    args = [sys.executable, *program, f"--out_dir={cfg['out_dir']}"] + [
+    train = [sys.executable, *program, f"--out_dir={cfg['out_dir']}"] + [
         f"--{k}={v}" for k, v in settings_only(cfg).items() if k in TRAIN_SETTINGS]
+    evaluate = [sys.executable, "-m", "lab.evaluate", f"--out_dir={cfg['out_dir']}"]
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
-    if os.path.isfile(ckpt_path) and same_run(
-            {k: v for k, v in cfg.items() if k != "nudge"}, run_dir,
-            torch.load(ckpt_path, mmap=True, weights_only=True)["config"]):
-        return args + ["--resume"], True
-    return args, False
+    resuming = os.path.isfile(ckpt_path) and same_run(
+        {k: v for k, v in cfg.items() if k != "nudge"}, run_dir,
+        torch.load(ckpt_path, mmap=True, weights_only=True)["config"])
+    return [train + ["--resume"] if resuming else train, evaluate], resuming
 
 
 def by_other_code(run_dir, today, force=False):
-    """Why the run in run_dir is not today's code's (its probe, in summary.json or probe.json,
-    differs from today's), or None; force: reused all the same (said in results.md). A folder
-    with neither a summary nor a checkpoint holds nothing to reuse (a run that failed at once):
-    None, and it trains again in place, its train.out keeping the failed attempt."""
-    summary, probe = (os.path.join(run_dir, name) for name in ("summary.json", "probe.json"))
+    """Why the run in run_dir is not today's code's (its code version, in summary.json or in
+    code.json while it trains, is another), or None; force: reused all the same (said in
+    results.md). A folder with neither a summary nor a checkpoint holds nothing to reuse (a run
+    that failed at once): None, and it trains again in place, its train.out keeping the failed
+    attempt."""
+    summary, code = (os.path.join(run_dir, name) for name in ("summary.json", "code.json"))
     if os.path.isfile(summary):
-        theirs = json.load(open(summary)).get("probe")
-    elif os.path.isfile(os.path.join(run_dir, "ckpt.pt")):  # a checkpoint alone: no probe
-        theirs = json.load(open(probe)).get("probe") if os.path.isfile(probe) else None
+        theirs = json.load(open(summary)).get("code")
+    elif os.path.isfile(os.path.join(run_dir, "ckpt.pt")):  # a checkpoint alone
+        theirs = json.load(open(code)).get("code") if os.path.isfile(code) else None
     else:
         return None
-    return None if force or probes.same(theirs, today) else probes.differs(theirs, today)
+    return None if force or theirs == today else (
+        f"code version {theirs} there, {today} today" if theirs else
+        "it records no code version (trained before runs recorded their code)")
 
 
 def set_aside(run_dir, why):
-    """A run of other code is kept, renamed, not overwritten: run_dir.other-code/ (the last)."""
-    aside = run_dir.rstrip(os.sep) + ".other-code"
-    shutil.rmtree(aside, ignore_errors=True)
+    """A run of other code is kept, renamed, never overwritten: run_dir.other-code-N/, the first
+    N free, so each earlier one keeps its own name."""
+    n = 1
+    while os.path.exists(f"{run_dir.rstrip(os.sep)}.other-code-{n}"):
+        n += 1
+    aside = f"{run_dir.rstrip(os.sep)}.other-code-{n}"
     os.replace(run_dir, aside)
-    print(f"not reused: {run_dir} was trained by other code: {why}; kept as {aside}, trained "
+    print(f"not reused: {run_dir} was trained by other code ({why}); moved to {aside}, trained "
           f"again", flush=True)
 
 
@@ -176,16 +211,18 @@ def plan_line(cfg, threads, today):
     if finished(cfg, cfg["out_dir"], threads) or trained_elsewhere(cfg, cfg["out_dir"]):
         return None
     os.makedirs(cfg["out_dir"], exist_ok=True)
-    write_json(os.path.join(cfg["out_dir"], "probe.json"), {"probe": today})
-    args = command(cfg, cfg["out_dir"])[0]
-    program = ["python"] + (args[1:4] if cfg.get("nudge") else ["train.py"])
-    return shlex.join([f"OMP_NUM_THREADS={threads}", *program,
-                       *args[4 if cfg.get("nudge") else 2:]])
+    write_json(os.path.join(cfg["out_dir"], "code.json"), {"code": today})
+    shown = []
+    for args in command(cfg, cfg["out_dir"])[0]:  # from the project's folder: python train.py
+        args = ["python", os.path.relpath(args[1], ROOT) if args[1] == TRAIN_PY else args[1],
+                *args[2:]]
+        shown.append(shlex.join([f"OMP_NUM_THREADS={threads}", *args]))
+    return " && ".join(shown)
 
 
 def trained_elsewhere(cfg, run_dir):
-    """Whether train.py finished this run without compare.py (a --plan command): its log's final
-    line at max_iters, and its checkpoint, of these settings (others are refused)."""
+    """Whether a --plan command finished this run without compare.py: its log's final entry at
+    max_iters, and its checkpoint, of these settings (others are refused)."""
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
     final = [r for r in read_log(run_dir) if r["kind"] == "final"]
     return (bool(final) and final[-1]["iter"] == cfg["max_iters"] and os.path.isfile(ckpt_path)
@@ -211,35 +248,37 @@ def hardware(device, gpus=1):
 
 def summarise(cfg, run_dir, samples, threads, machine=None):
     """summary.json of a finished run: its log's numbers, the analysis of its final model, and
-    the probe of the code that trained it (machine: where it trained, when not here)."""
+    the version of the code that trained it (machine: where it trained, when not here)."""
     log = read_log(run_dir)
     train_records = [r for r in log if r["kind"] == "train"]
     # the first window includes start-up: left out, unless it is the only one (a short run)
     timed = train_records[1:] or train_records
     speeds = sorted(r["tokens_per_sec"] for r in timed) or [float("nan")]
-    model = GPT.from_checkpoint(data.load_checkpoint(os.path.join(run_dir, "ckpt.pt")))
-    first_record = next(r for r in log if r["kind"] == "config")
-    probe_path = os.path.join(run_dir, "probe.json")
+    ckpt = data.load_checkpoint(os.path.join(run_dir, "ckpt.pt"))
+    model = GPT.from_checkpoint(ckpt)
     summary = {"config": cfg, "status": "done",
                "val_loss_full": [r for r in log if r["kind"] == "final"][-1]["val_loss_full"],
                "evals": [r for r in log if r["kind"] == "eval"],
-               **sizes(model, cfg["block_size"]),
-               "tokens_per_step": first_record["tokens_per_step"],
+               **sizes(model, cfg["block_size"]), "tokens_per_step": ckpt["tokens_per_step"],
                "tokens_per_sec": speeds[len(speeds) // 2], "threads": threads,
                # another CPU rounds otherwise: a run's numbers hold on the machine that printed them
-               "machine": machine or hardware(cfg["device"]),
-               "probe": json.load(open(probe_path))["probe"] if os.path.isfile(probe_path)
-               else None, **analyse(model, heldout_windows(cfg, samples))}
+               "machine": machine or hardware(cfg["device"]), "code": recorded_code(run_dir),
+               **analyse(model, heldout_windows(cfg, samples))}
     return write_json(os.path.join(run_dir, "summary.json"), summary)
 
 
 def diverged_summary(cfg, run_dir):
     """summary.json of a run whose loss stopped being finite: a result (worse than any finite
     loss), reused like a finished run."""
-    probe = json.load(open(os.path.join(run_dir, "probe.json")))["probe"]
     return write_json(os.path.join(run_dir, "summary.json"), {
-        "config": cfg, "status": "diverged", "val_loss_full": None, "probe": probe,
-        "machine": hardware(cfg["device"])})
+        "config": cfg, "status": "diverged", "val_loss_full": None,
+        "code": recorded_code(run_dir), "machine": hardware(cfg["device"])})
+
+
+def recorded_code(run_dir):
+    """The code version a run was started with (code.json, written as it was launched)."""
+    path = os.path.join(run_dir, "code.json")
+    return json.load(open(path))["code"] if os.path.isfile(path) else None
 
 
 def write_json(path, record):
@@ -304,8 +343,8 @@ def reusable(grid, threads, samples, today, force=False):
     is set aside (its folder renamed, never overwritten) and trained again."""
     summaries, todo = {}, []
     for key, cfg in grid:
-        run_dir, probe = cfg["out_dir"], today(cfg)
-        why = os.path.isdir(run_dir) and by_other_code(run_dir, probe, force)
+        run_dir = cfg["out_dir"]
+        why = os.path.isdir(run_dir) and by_other_code(run_dir, today, force)
         if why:
             set_aside(run_dir, why)
         done = finished(cfg, run_dir, threads)
@@ -320,14 +359,13 @@ def reusable(grid, threads, samples, today, force=False):
     return summaries, todo
 
 
-def run_grid(grid, jobs, threads, samples, today=None, on_progress=None, gpus=0):
+def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, force=False):
     """Train every (key, cfg) not finished yet, `jobs` at a time, each on `threads` CPU threads
     (a fixed count: the numbers then do not depend on jobs), and with gpus, each on one GPU
-    (CUDA_VISIBLE_DEVICES), the one running the fewest; returns (summaries by key, interrupted,
-    failed). today: the probe of today's code for a run's settings (by default, kept beside the
-    runs). on_progress() is called every 30 s (compare's live picture)."""
-    today = today or probes.Probes(os.path.dirname(grid[0][1]["out_dir"]) if grid else ".")
-    summaries, todo = reusable(grid, threads, samples, today, today.force)
+    (CUDA_VISIBLE_DEVICES), the one running the fewest; each run's slot runs train.py, then
+    lab.evaluate. Returns (summaries by key, interrupted, failed). today: code_version() of
+    today's code (force: reuse runs of other code too); on_progress() is called every 30 s."""
+    summaries, todo = reusable(grid, threads, samples, today, force)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads),
            "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     running, t_start, interrupted, failed, gpu_of = [], time.time(), False, [], {}
@@ -336,12 +374,17 @@ def run_grid(grid, jobs, threads, samples, today=None, on_progress=None, gpus=0)
     # failure shows this attempt's output, not an earlier one's
     timing, said, out_sizes = {"seconds": 0.0, "steps": 0, "started": {}}, time.time(), {}
     drawn = time.time()  # the live picture's own clock: runs that start do not postpone it
+
+    def start(key, cfg, args, log):
+        slot_env = {**env, **({"CUDA_VISIBLE_DEVICES": gpu_of[key]} if gpus else {})}
+        return launch(args, stdout=log, stderr=subprocess.STDOUT, env=slot_env, cwd=ROOT)
+
     while running or (todo and not interrupted):
         while todo and len(running) < jobs and not interrupted:
             key, cfg = todo.pop(0)
             os.makedirs(cfg["out_dir"], exist_ok=True)
-            write_json(os.path.join(cfg["out_dir"], "probe.json"), {"probe": today(cfg)})
-            args, resuming = command(cfg, cfg["out_dir"])
+            write_json(os.path.join(cfg["out_dir"], "code.json"), {"code": today})
+            commands, resuming = command(cfg, cfg["out_dir"])
             log = open(os.path.join(cfg["out_dir"], "train.out"), "a")
             out_sizes[key] = os.path.getsize(log.name)
             print(f"[{n_total - len(todo)}/{n_total}] {cfg['out_dir']}: " +
@@ -352,9 +395,7 @@ def run_grid(grid, jobs, threads, samples, today=None, on_progress=None, gpus=0)
             if gpus:  # the GPU running the fewest runs
                 gpu_of[key] = min(gpu_ids(gpus), key=lambda g: sum(gpu_of.get(k) == g
                                                                    for k, *_ in running))
-            running.append((key, cfg, subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT,
-                env={**env, **({"CUDA_VISIBLE_DEVICES": gpu_of[key]} if gpus else {})}), log))
+            running.append([key, cfg, start(key, cfg, commands[0], log), log, commands[1:]])
         if running and time.time() - said > 30:  # a word at least every 30 s while runs train
             print("   " + progress(todo, running, timing, jobs), flush=True)
             said = time.time()
@@ -368,12 +409,15 @@ def run_grid(grid, jobs, threads, samples, today=None, on_progress=None, gpus=0)
             print("\nCtrl-C: the running trainings stop and keep their last checkpoints; "
                   "run the same command again to continue", flush=True)
         for item in list(running):
-            key, cfg, process, log = item
+            key, cfg, process, log, rest = item
             if process.poll() is None:
+                continue
+            if process.returncode == 0 and rest and not interrupted:  # its evaluation next
+                item[2:] = [start(key, cfg, rest[0], log), log, rest[1:]]
                 continue
             running.remove(item)
             log.close()
-            if process.returncode == 0:
+            if process.returncode == 0 and not rest:
                 timing["seconds"] += time.time() - timing["started"][key][0]
                 timing["steps"] += cfg["max_iters"] - timing["started"][key][1]
                 summaries[key] = summarise(cfg, cfg["out_dir"], samples, threads)
@@ -381,7 +425,7 @@ def run_grid(grid, jobs, threads, samples, today=None, on_progress=None, gpus=0)
                 print(f"    done {cfg['out_dir']}: val loss {summaries[key]['val_loss_full']:.4f}" +
                       progress(todo, running, timing, jobs, f"{elapsed:.1f} min so far"),
                       flush=True)
-            elif process.returncode == 130:
+            elif process.returncode in (0, 130):
                 interrupted = True
             elif any(r["kind"] == "diverged" for r in read_log(cfg["out_dir"])):
                 summaries[key] = diverged_summary(cfg, cfg["out_dir"])

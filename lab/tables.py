@@ -12,10 +12,20 @@ import numpy as np
 
 import data
 from configurator import plural
-from model import mixing_by_layer
 
 from .analysis import (FLOOR, bracketed, held_on_every_seed, lr_range,
                        noise_floor, paired_stats, vanilla_curve, verdict)
+
+
+def mixing_by_layer(mixing):
+    """{kind: {layer (1-based): [values]}} from GPT.mixing_weights(): 'transformer.h.3.attn.
+    value_lambdas' is layer 4's value_lambdas; a weight outside the blocks is layer 0's."""
+    kinds = {}
+    for name, value in mixing.items():
+        parts = name.removesuffix(":mean").split(".")
+        layer = int(parts[2]) + 1 if parts[:2] == ["transformer", "h"] else 0
+        kinds.setdefault(parts[-1], {})[layer] = value if isinstance(value, list) else [value]
+    return kinds
 
 
 def fmt_mean(mean, std, n):
@@ -173,8 +183,8 @@ def write_tables(root, results, paper, info, search=None):
           f"`{info['command']}` — {info['hardware']}, {plural(info['jobs'], 'run')} side "
           f"by side, {plural(info.get('threads', 1), 'thread')} each, "
           f"{info['wall_min']:.1f} min{reused}{trained_on(info)}\n" + (
-              "\n**Runs of other code were reused (--reuse_other_code): their probe differs from "
-              "today's code's, so these numbers may not be what today's code computes.**\n"
+              "\n**Runs of other code were reused (--reuse_other_code): another version of the "
+              "code trained them, so these numbers may not be what today's code computes.**\n"
               if info.get("other_code") else ""), lr_said(info, search),
           f"Final val loss = the whole validation split, every token once. Seeds {info['seeds']}: "
           "same seed = the same batches in every mode" + (", and the same initial values for "
@@ -211,7 +221,6 @@ def write_tables(root, results, paper, info, search=None):
                     shown += (f": mean {stats['mean']:.0%} [{stats['interval'][0]:.0%}, "
                               f"{stats['interval'][1]:.0%}] of vanilla's tokens")
                 md.append(f"- {name}: {shown}")
-    md += gap_table(results) + escape_table(results, info, paired)
     md += ["\n## What each variant costs\n",
            "Total parameters (as the params column above; position embeddings left out), the "
            "parameters one token uses (a lookup table counts one row), training FLOPs per token "
@@ -242,8 +251,8 @@ def write_tables(root, results, paper, info, search=None):
     for name, r in variants.items():  # learned mixing weights, e.g. ResFormer's lambdas
         for kind, by_layer in mixing_by_layer(r.get("mixing", {})).items():
             width = max(len(v) for v in by_layer.values())
-            heads = (kind.split("/") if kind.count("/") == width - 1 else
-                     [f"{kind}[{i}]" for i in range(width)])  # lambda_1/lambda_2: two columns
+            heads = (["lambda_1", "lambda_2"] if kind == "value_lambdas" else
+                     [kind] if width == 1 else [f"{kind}[{i}]" for i in range(width)])
             md += [f"\n## Learned {kind} of {name}, by layer (mean over seeds)\n",
                    "| layer | " + " | ".join(heads) + " |",
                    "|---" * (width + 1) + "|"]
@@ -270,50 +279,6 @@ def one_seed_cell(r):
     (lo, hi), d, n = r["band"], r["paired"]["mean"], len(r["band_seeds"])
     return (f"inside the other {n} seeds' range" if lo <= d <= hi else
             f"outside the other {n} seeds' range: one seed is one draw")
-
-
-def gap_table(results):
-    """The paired fixed-window gap to vanilla at --gap_steps, inside the same runs."""
-    md = []
-    gapped = {n: r["gap"] for n, r in results.items() if r.get("gap")}
-    if gapped:
-        steps = sorted({st for g in gapped.values() for st in g})
-        md += ["\n## The gap along the run (fixed-window val loss, variant - vanilla, same seed)\n",
-               "Inside the same runs, so the later steps show whether an early gain lasts. "
-               "Each cell: mean difference [95% interval], wins.\n",
-               "| variant | " + " | ".join(f"step {st}" for st in steps) + " |",
-               "|---" * (len(steps) + 1) + "|"]
-        for name, g in gapped.items():
-            md.append(f"| {name} | " + " | ".join(
-                "-" if st not in g else f"{g[st]['mean']:+.4f}" + (
-                    "" if g[st]["interval"] is None else f" {fmt_interval(g[st])}") +
-                f", {g[st]['wins']} of {g[st]['n']}" for st in steps) + " |")
-    return md
-
-
-def escape_table(results, info, paired):
-    """When each run left the early plateau, paired in tokens against vanilla."""
-    md = []
-    if any("escape" in r for r in results.values()):
-        md += [f"\n## Leaving the early plateau (fixed-window val loss below "
-               f"{info['escape_loss']:g})\n",
-               "The step at which each run's val loss first fell below it, per seed (never: "
-               "still on the plateau at the end)." + (
-                   " Paired: variant - vanilla in tokens, negative = left sooner; a run that never "
-                   "left counts at its last tokens (a lower bound).\n" if paired else "\n"),
-               "| variant | step per seed |" + (" mean diff (tokens) | 95% interval | sooner |"
-                                                if paired else ""),
-               "|---" * (5 if paired else 2) + "|"]
-        for name, r in results.items():
-            p = r.get("escape_paired")
-            cells = ([] if not paired else ["-"] * 3 if not p else [
-                f"{p['mean']:+,.0f}", "-" if p["interval"] is None else
-                f"[{p['interval'][0]:+,.0f}, {p['interval'][1]:+,.0f}]",
-                f"{p['wins']} of {p['n']}"])
-            md.append(f"| {name} | " + ", ".join("never" if e is None else str(e[0])
-                                               for e in r["escape"]) + " |" +
-                      "".join(f" {c} |" for c in cells))
-    return md
 
 
 def trained_on(info):
