@@ -1,3 +1,4 @@
+# vanilla, lambda = 2 and SVFormer, 16 x 64 on the plays, 250 steps, 8 seeds (about 34 min)
 # compare.py's default: a deep, narrow byte-level model on Shakespeare's plays (python prepare.py),
 # 250 steps on 8 seeds: vanilla, the paper's lambda = 2 mix (U = A (V_n + 2 V_1)) and SVFormer,
 # each at its own best peak lr (8.5e-3 for all three: a search on four seeds used for nothing

@@ -1,11 +1,14 @@
-"""python -m lab.fineweb [--train_shards=N]: FineWeb-Edu in GPT-2 tokens, ready to train in
-minutes. It downloads the shards the GPT-2 speedrun (modded-nanogpt) publishes, already tokenized
-in llm.c's format, which data.py reads as they are: the val shard and the first N train shards,
-100M tokens each (about 200 MB), into data/fineweb_edu_gpt2/; of the val shard only its first
-VAL_TOKENS, as the speedrun measures, so that each run's final loss over the whole val split takes
-a minute, not ten. Each file is written whole or not at all, and a finished one is kept: after a
-lost connection the same command goes on.
-Then: python train.py --dataset=fineweb_edu_gpt2 (config/gpu_class.py, config/gpt2_124m.py)."""
+"""python -m lab.fineweb [preset.py] [--train_shards=N]: FineWeb-Edu in GPT-2 tokens, ready to
+train in minutes. It downloads the shards the GPT-2 speedrun (modded-nanogpt) publishes, already
+tokenized in llm.c's format, into data/fineweb_edu_gpt2/: the val shard (its first VAL_TOKENS, as
+the speedrun measures, so that lab.evaluate's whole-split pass takes a minute, not ten) and the
+train shards a preset's run reads (its max_iters x tokens a step, 100M tokens and about 200 MB a
+shard, at most the 99 there are), or --train_shards of them; then meta.json, which makes them a
+dataset. Each file is written whole or not at all, and a finished one is kept: after a lost
+connection the same command goes on.
+Then: python train.py config/gpt2_124m.py, or python compare.py config/gpu_class.py."""
+import json
+import math
 import os
 import shutil
 import sys
@@ -13,22 +16,34 @@ import urllib.request
 
 import numpy as np
 
+import compare
 import data
-from configurator import ConfigError, parse_args, run_main
+from configurator import ConfigError, parse_args, plural, run_main
 
 URL = "https://huggingface.co/datasets/kjj0/finewebedu10B-gpt2/resolve/main/"
 VAL_TOKENS = 10 * 2**20  # the speedrun's 10,485,760
+SHARD_TOKENS, SHARDS = 100_000_000, 99
 SETTINGS = dict(
-    train_shards=(1, "train shards of 100M tokens (99 in all: sample-10BT)", (1, 99)),
+    train_shards=(0, "train shards of 100M tokens (0: those the preset's run reads; without a "
+                     "preset, 1)", (0, SHARDS)),
     out_dir=(os.path.join(data.DATA_ROOT, "fineweb_edu_gpt2"), "where the shards go"),
 )
 
 
+def shards_needed(preset):
+    """(train shards, tokens) a preset's run reads: max_iters x tokens a step, 100M a shard."""
+    cfg = parse_args(compare.SETTINGS, [preset], "")
+    tokens = cfg.max_iters * cfg.batch_size * cfg.block_size * (cfg.gradient_accumulation_steps or 1)
+    return min(SHARDS, max(1, math.ceil(tokens / SHARD_TOKENS))), tokens
+
+
 def download(out_dir, train_shards):
-    """The val shard and train_shards train shards in out_dir, each fetched unless there."""
+    """The val shard and train_shards train shards in out_dir, each fetched unless there, and
+    meta.json, which names them."""
     os.makedirs(out_dir, exist_ok=True)
     names = ["finewebedu_val_000000.bin"] + [f"finewebedu_train_{i:06d}.bin"
                                              for i in range(1, train_shards + 1)]
+    shards = []
     for i, name in enumerate(names):
         path = os.path.join(out_dir, name)
         if not os.path.isfile(path):
@@ -38,9 +53,15 @@ def download(out_dir, train_shards):
             except OSError as e:  # offline, the hub down, a connection lost half way
                 raise data.DataError(f"could not download {name} ({e}): the {i} files before it "
                                      f"are kept; run the same command again") from None
-        data.read_shard(path)  # its header and length: a whole shard
-    print(f"{out_dir}: {len(names) - 1} train shards and the val shard (100M tokens each); next: "
-          f"python train.py --dataset={os.path.basename(out_dir)}")
+        shards.append({"file": name, "split": "val" if "_val_" in name else "train",
+                       "tokens": len(data.read_shard(path))})  # its header and length checked
+    meta = {"name": os.path.basename(out_dir), "tokenizer": "gpt2", "vocab_size": 50257,
+            "eot": 50256, "shards": shards, **{f"{split}_tokens": sum(
+                s["tokens"] for s in shards if s["split"] == split) for split in ("train", "val")}}
+    with data.atomic_write(os.path.join(out_dir, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    print(f"{out_dir}: {plural(train_shards, 'train shard')} ({meta['train_tokens']:,} tokens) "
+          f"and the val shard; next: python train.py --dataset={os.path.basename(out_dir)}")
 
 
 def fetch(name, path, tokens=None):
@@ -61,10 +82,19 @@ def fetch(name, path, tokens=None):
 
 
 def main(argv):
-    if any(not a.startswith("--") for a in argv):
-        raise ConfigError("python -m lab.fineweb takes only --train_shards=N and --out_dir=DIR")
-    cfg = parse_args(SETTINGS, argv, "python -m lab.fineweb [--train_shards=N]")
-    download(cfg.out_dir, cfg.train_shards)
+    presets = [a for a in argv if not a.startswith("-")]
+    if len(presets) > 1:
+        raise ConfigError("python -m lab.fineweb takes one preset at most")
+    cfg = parse_args(SETTINGS, [a for a in argv if a.startswith("-")],
+                     "python -m lab.fineweb [preset.py] [--train_shards=N]")
+    shards = cfg.train_shards
+    if presets and not shards:
+        shards, tokens = shards_needed(presets[0])
+        print(f"{presets[0]}: a run reads {tokens:,} tokens: {plural(shards, 'train shard')} "
+              f"(about {0.2 * shards:.1f} GB)" + (
+                  f", all there are: the run sees them {tokens / (shards * SHARD_TOKENS):.2f} "
+                  f"times" if tokens > shards * SHARD_TOKENS else ""), flush=True)
+    download(cfg.out_dir, shards or 1)
 
 
 if __name__ == "__main__":

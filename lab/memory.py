@@ -1,41 +1,110 @@
-"""python -m lab.memory [preset.py ...] [--key=value ...]: the batch train.py fits to each class
-of GPU our users meet, for vanilla and value embeddings (the mode with the most parameters), from
-train.py's own estimate (measured on this CPU in bfloat16, the same bytes as a T4's float16). The
-table in the README and config/gpt2_124m.py is what this prints: estimates until measured on
-the GPU itself (bench.py --gpu_check compares its peak memory with the estimate)."""
+"""python -m lab.memory [preset.py ...] [--key=value ...] [--gpu_memory=GB]: the batch that fits a
+GPU, for a preset's model and each of its variants: for this GPU (or a card of GB gigabytes, or,
+on a machine without one, the four cards our users meet), the batch_size x
+gradient_accumulation_steps that keeps the preset's tokens a step and fits, and the peak memory
+expected for a training step and for lab.evaluate's whole-split pass. Estimates, from what a
+forward pass keeps for the backward, measured on this CPU at a short length (bfloat16's bytes
+are float16's: a T4 keeps the same); bench.py --gpu_check compares them with a GPU's own peak.
+A resume keeps its batch: resume on the card the run started on, or start afresh."""
 import sys
 
 import torch
 
 import compare
-import train
+import data
 from configurator import ConfigError, parse_args, run_main
+from lab.evaluate import LOGITS_AT_ONCE
+from lab.grid import parse_modes
 from model import GPT, GPTConfig
 
-# GiB free as a training process sees it (torch.cuda.mem_get_info) after CUDA's own context
-GPUS = {"T4 (16 GB)": 14.5, "24 GB (L4, A10G, RTX 3090/4090)": 22.0, "A100 40 GB": 38.5,
-        "80 GB (A100, H100)": 78.0}
+# GiB a training process finds free (torch.cuda.mem_get_info) on each card, after CUDA's own
+CARDS = {16: 14.5, 24: 22.0, 40: 38.5, 80: 78.0}
+NAMES = {16: "16 GB (T4)", 24: "24 GB (L4, A10G, RTX 3090/4090)", 40: "40 GB (A100)",
+         80: "80 GB (A100, H100)"}
+HEADROOM = 0.9  # of the free memory: the caching allocator's fragments and other buffers
+SETTINGS = {**compare.SETTINGS,
+            "gpu_memory": (0, "a card of this many GB (0: this GPU; without one, the four cards "
+                              "of 16, 24, 40 and 80 GB)", (0, None))}
+
+
+def step_bytes(model, block_size, dtype="bfloat16"):
+    """(bytes a training step needs whatever its batch, bytes per token more): 16 a parameter
+    (weights, gradients, AdamW's two moments), and per token what a forward keeps for the
+    backward plus the logits' float copy and gradient. Two batch sizes' difference is per token:
+    what a forward keeps once (autocast's 16-bit copies of the weights) counts once."""
+    T = min(block_size, 64)
+
+    def saved(batch):  # the bytes a forward of batch x T tokens keeps for the backward
+        kept = {}
+
+        def keep(t):  # each storage once; the weights stay in memory anyway
+            kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes() * (
+                not isinstance(t, torch.nn.Parameter))
+            return t
+        x = torch.zeros(batch, T, dtype=torch.long)
+        with torch.random.fork_rng(devices=[]), data.setup_device("cpu", dtype)[2], \
+                torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+            model(x, x)
+        return sum(kept.values())
+    kept_by_1, kept_by_2 = saved(1), saved(2)
+    fixed = 16 * sum(p.numel() for p in model.parameters()) + max(2 * kept_by_1 - kept_by_2, 0)
+    return fixed, (kept_by_2 - kept_by_1) / T + 8 * model.config.vocab_size
+
+
+def eval_bytes(model, batch_size, block_size):
+    """The whole-split pass (lab.evaluate): the float32 weights and their 16-bit copies, the
+    batch's hidden states and one layer's activations, and one chunk of logits (16-bit, their
+    float copy and the log-softmax)."""
+    c, tokens = model.config, batch_size * block_size
+    return (6 * sum(p.numel() for p in model.parameters()) + tokens * c.n_embd * 4 * 6
+            + 10 * LOGITS_AT_ONCE)
+
+
+def fit(model, cfg, free):
+    """(batch_size, micro-steps, training bytes, evaluation bytes): the preset's batch halved,
+    its micro-steps doubled (the same tokens a step), until a step fits HEADROOM of free bytes;
+    None where even one sequence does not."""
+    fixed, per_token = step_bytes(model, cfg.block_size)
+    batch, accum = cfg.batch_size, cfg.gradient_accumulation_steps or 1
+    while fixed + per_token * batch * cfg.block_size > HEADROOM * free and batch % 2 == 0:
+        batch, accum = batch // 2, accum * 2
+    need = fixed + per_token * batch * cfg.block_size
+    return None if need > HEADROOM * free else (
+        batch, accum, need, eval_bytes(model, batch, cfg.block_size))
 
 
 def main(argv):
-    cfg = parse_args(compare.SETTINGS, argv, "python -m lab.memory [preset.py ...] [--key=value]")
-    print(f"batch_size x micro-steps per step at block_size {cfg.block_size} ({cfg.batch_size} x "
-          f"{cfg.gradient_accumulation_steps or 1} asked; estimates)\n\n| mode | "
-          + " | ".join(GPUS) + " |\n" + "|---" * (len(GPUS) + 1) + "|")
-    for mode in ("vanilla", "value_embed"):
-        config = GPTConfig.from_dict({**vars(cfg), "value_mode": mode, "vocab_size": 50304})
+    cfg = parse_args(SETTINGS, argv, "python -m lab.memory [preset.py ...] [--gpu_memory=GB]")
+    if cfg.gpu_memory:
+        cards = {f"{cfg.gpu_memory} GB": CARDS.get(cfg.gpu_memory, 0.93 * cfg.gpu_memory - 0.5)}
+    elif torch.cuda.is_available():
+        cards = {torch.cuda.get_device_name(): torch.cuda.mem_get_info()[0] / 2**30}
+    else:
+        cards = {NAMES[gb]: free for gb, free in CARDS.items()}
+    accum = cfg.gradient_accumulation_steps or 1
+    print(f"batch_size x gradient_accumulation_steps that fit, "
+          f"{cfg.batch_size * cfg.block_size * accum:,} tokens a step as the preset asks "
+          f"({cfg.batch_size} x {accum} at block_size "
+          f"{cfg.block_size}); each cell: the training step's peak, then the whole-split pass's "
+          f"(estimates)\n\n| variant | " + " | ".join(cards) + " |\n" + "|---" * (len(cards) + 1)
+          + "|")
+    try:  # the preset's data says its vocabulary; without it, bytes' or GPT-2's
+        vocab = data.padded_vocab(data.load_meta(data.dataset_dir(cfg.dataset)))
+    except data.DataError:
+        vocab = 320 if cfg.dataset.endswith("_byte") else 50304
+    for name, overrides in parse_modes(cfg.modes):
+        try:
+            config = GPTConfig.from_dict({**vars(cfg), **overrides, "vocab_size": vocab})
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         torch.manual_seed(0)
         model, cells = GPT(config), []
-        for free in GPUS.values():
-            try:
-                (batch, accum, need), _ = train.fit_memory(model, cfg, 1, "cpu",
-                                                           "bfloat16", free=free * 2**30)
-                cells.append(f"{batch} x {accum} ({need / 2**30:.1f} GiB)")
-            except ConfigError:
-                cells.append("does not fit")
-        print(f"| {mode} ({model.num_params() / 1e6:.0f}M) | " + " | ".join(cells) + " |")
-
-
+        for free in cards.values():
+            fitted = fit(model, cfg, free * 2**30)
+            cells.append("does not fit" if fitted is None else
+                         f"{fitted[0]} x {fitted[1]} ({fitted[2] / 2**30:.1f}, "
+                         f"{fitted[3] / 2**30:.1f} GiB)")
+        print(f"| {name} ({model.num_params() / 1e6:.0f}M) | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -45,21 +45,33 @@ def code_version(root=ROOT):
     """A fingerprint of the code that trains and scores a run: the syntax trees of its files
     without their docstrings. So a comment, a docstring or a reformatting changes nothing, and
     any other edit, anywhere in them (the model, the schedule, the loop, the optimizer's groups,
-    the evaluation, a name, a number), changes it: no run of other code is ever taken as today's."""
+    the evaluation, a name, a number), changes it: no run of other code is ever taken as today's.
+    A file a version of the project does not have counts as empty."""
     digest = hashlib.sha256()
     names = sorted(n for n in os.listdir(root) if n.endswith(".py") and n not in NOT_A_RUNS_CODE)
     for name in names + list(RUN_LAB_CODE):
-        with open(os.path.join(root, name), encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-        for node in ast.walk(tree):  # docstrings out: the first string of a body
-            body = getattr(node, "body", None)
-            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                    and body and isinstance(body[0], ast.Expr)
-                    and isinstance(body[0].value, ast.Constant)
-                    and isinstance(body[0].value.value, str)):
-                node.body = body[1:] or [ast.Pass()]
-        digest.update(f"{name}\n{ast.dump(tree)}\n".encode())
+        path = os.path.join(root, name)
+        tree = ast.parse(open(path, encoding="utf-8").read() if os.path.isfile(path) else "")
+        digest.update(f"{name}\n{canonical(tree)}\n".encode())
     return digest.hexdigest()[:16]
+
+
+def canonical(node):
+    """A syntax tree as text, the same on every Python version that parses it: each node's type
+    and its fields, but docstrings, and fields that are empty (so a field a newer Python adds to
+    a node, empty by default, changes nothing)."""
+    if isinstance(node, list):
+        return "[" + ", ".join(canonical(item) for item in node) + "]"
+    if not isinstance(node, ast.AST):
+        return repr(node)
+    fields = dict(ast.iter_fields(node))
+    body = fields.get("body")
+    if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)):
+        fields["body"] = body[1:]  # the docstring
+    return type(node).__name__ + "(" + ", ".join(
+        f"{k}={canonical(v)}" for k, v in fields.items() if v is not None and v != []) + ")"
 
 
 def heldout_windows(cfg, n):

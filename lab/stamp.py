@@ -1,87 +1,127 @@
-"""python -m lab.stamp [--steps=N] FOLDER [FOLDER ...]: give committed records made before runs
-recorded their code (no probe) today's probe, where today's code gives their numbers: for each
-variant of each folder one run is trained again (its first seed, beside it as <run>.check/, two
-at a time), and only where every logged loss and the whole-split loss equal the record's to the
-last digit are all of that variant's summaries stamped. With --steps=N the run again is stopped
-after step N and its first N steps' losses (every evaluation and log line) are compared instead:
-the same test of the code, in a fraction of the time, without the final whole-split loss.
-Another kind of CPU prints other digits: run it on the CPU that trained the records (their
-summaries name it). Says per variant what it found."""
+"""python -m lab.stamp --from=REV [--steps=N] FOLDER [FOLDER ...]: after a refactor, give the
+committed records that REV's code trained today's code version, where today's code computes what
+REV's did. For each variant (a record's settings, its seed and folder aside) one run, its first
+seed, is trained again on this machine twice: by REV's code (checked out into a temporary folder)
+and by today's, for its first N steps (default: all of them) and scored on the whole validation
+split at that step. Only where the two log every loss equal, to the last digit, are all of that
+variant's records stamped with today's version. Both runs on one machine: the records' own CPU
+need not be this one. A record is taken as REV's when it carries REV's code version, or none at
+all (it predates code versions: naming REV, the maintainer says which code made it). Says per
+variant what it found."""
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
-import time
+import tempfile
 
-from configurator import ConfigError, run_main
+from configurator import ConfigError, parse_args, run_main
 
-from .probe import Probes
-from .runs import ROOT, command, read_log, write_json
+from .runs import ROOT, code_version, command, read_log, settings_only, write_json
 
-
-def losses(entries, steps=None):
-    """The logged losses to the last digit: all of them, or those of the first steps only."""
-    return [(r["iter"], r.get("loss"), r.get("train_loss"), r.get("val_loss"),
-             r.get("val_loss_full")) for r in entries if r["kind"] in ("train", "eval", "final")
-            and (steps is None or (r["kind"] != "final" and r["iter"] <= steps))]
+SETTINGS = dict(
+    steps=(0, "train each check run this many steps (0: as many as the records)", (0, None)),
+    jobs=(2, "check runs side by side (each on one thread)", (1, None)),
+)
+SETTINGS["from"] = ("", "the git revision whose code trained the records (a commit, a tag)")
 
 
-def stamp(folders, jobs=2, steps=None):
-    """Each variant of each folder: one run trained again (jobs at a time), compared, stamped."""
-    checks = []
+def losses(log):
+    """Every logged loss, to the last digit, with its step."""
+    return [(r["iter"], r["kind"], r.get("loss"), r.get("train_loss"), r.get("val_loss"),
+             r.get("val_loss_full")) for r in log if r["kind"] in ("train", "eval", "final")]
+
+
+def variants(folders, today, theirs):
+    """{settings: [(summary path, summary)]} of the records of REV's code (code version theirs or
+    none), across the folders; records already of today's version are left as they are."""
+    found = {}
     for folder in folders:
-        today, by_variant = Probes(folder), {}
+        if not os.path.isdir(folder):
+            raise ConfigError(f"{folder}: no such folder of records")
         for entry in sorted(os.listdir(folder)):
             path = os.path.join(folder, entry, "summary.json")
-            if os.path.isfile(path):
-                summary = json.load(open(path))
-                key = json.dumps({k: v for k, v in summary["config"].items()
-                                  if k not in ("seed", "out_dir")}, sort_keys=True)
-                by_variant.setdefault(key, []).append((path, summary))
-        for runs in by_variant.values():
-            checks.append((today, runs))
-    running = []
-    for today, runs in checks:
-        if len(running) == jobs:
-            judge(*running.pop(0))
-        path, summary = runs[0]
-        cfg, check = summary["config"], os.path.dirname(path) + ".check"
-        shutil.rmtree(check, ignore_errors=True)
-        os.makedirs(check)
-        env = {**os.environ, "OMP_NUM_THREADS": str(summary["threads"]), "PYTHONPATH": ROOT}
-        with open(os.path.join(check, "train.out"), "w") as out:
-            running.append((subprocess.Popen(command({**cfg, "out_dir": check}, check)[0],
-                                             stdout=out, stderr=subprocess.STDOUT, env=env),
-                            today, runs, check, steps))
-    for item in running:
-        judge(*item)
+            summary = json.load(open(path)) if os.path.isfile(path) else None
+            if summary is None or summary.get("code") == today:
+                continue
+            if summary.get("code") not in (None, theirs):
+                print(f"{path}: code version {summary['code']}, not REV's ({theirs}): left alone")
+                continue
+            key = json.dumps({k: v for k, v in summary["config"].items()
+                              if k not in ("seed", "out_dir")}, sort_keys=True)
+            found.setdefault(key, []).append((path, summary))
+    return found
 
 
-def judge(process, today, runs, check, steps):
-    """Stamps runs with today's probe where the run trained again in check logged their losses."""
-    while process.poll() is None:  # with --steps: stopped once its log is past step N
-        if steps is not None and any(r["iter"] > steps for r in read_log(check)):
-            process.terminate()
-        time.sleep(2)
-    run_dir = os.path.dirname(runs[0][0])
-    alike = losses(read_log(check), steps) == losses(read_log(run_dir), steps) != []
-    print(f"{run_dir}: trained again, {'every loss equal' if alike else 'the losses DIFFER'}"
-          f"; {'stamped' if alike else 'not stamped'}: {len(runs)} run(s)", flush=True)
-    probe = today(runs[0][1]["config"])
-    for path, summary in runs if alike else []:
-        write_json(path, {**{k: v for k, v in summary.items() if k != "format"}, "probe": probe})
+def check_runs(cfg, old_root, scratch, steps):
+    """The two check runs of one variant: (their commands, folders, working folders)."""
+    cfg = {**cfg, "max_iters": steps or cfg["max_iters"]}  # (lr_decay_iters is spelled out)
+    old, new = os.path.join(scratch, "rev"), os.path.join(scratch, "today")
+    program = ["-m", "lab.nudged", f"--nudge={cfg['nudge']}"] if cfg.get("nudge") else ["train.py"]
+    old_args = [sys.executable, *program, f"--out_dir={old}"] + [  # REV's own settings only
+        f"--{k}={v}" for k, v in cfg.items() if k not in ("out_dir", "nudge")]
+    new_args = command({**cfg, "out_dir": new}, new)[0]
+    return [([old_args], old, old_root), (new_args, new, ROOT)]
+
+
+def stamp(folders, rev, steps=0, jobs=2):
+    """Trains the check runs (jobs at a time) and stamps the variants whose losses agree."""
+    old_root = tempfile.mkdtemp(prefix="stamp-rev-")
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev], capture_output=True)
+    if archive.returncode:
+        raise ConfigError(f"--from={rev}: not a revision of this repository "
+                          f"({archive.stderr.decode().strip()})")
+    subprocess.run(["tar", "-x", "-C", old_root], input=archive.stdout, check=True)
+    # the data: REV's prepare.py makes the plays in REV's own format; other datasets are linked
+    os.makedirs(os.path.join(old_root, "data"))
+    for name in os.listdir(os.path.join(ROOT, "data")):
+        if name != "shakespeare_byte":
+            os.symlink(os.path.join(ROOT, "data", name), os.path.join(old_root, "data", name))
+    subprocess.run([sys.executable, "prepare.py", "--quiet=True"], cwd=old_root, check=True)
+    today, theirs = code_version(), code_version(old_root)
+    print(f"REV {rev}: code version {theirs}; today's: {today}", flush=True)
+    work = [(key, runs, check_runs(settings_only(runs[0][1]["config"]), old_root,
+                                   tempfile.mkdtemp(prefix="stamp-check-"), steps))
+            for key, runs in variants(folders, today, theirs).items()]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for i in range(0, len(work), max(1, jobs // 2)):  # a variant's two runs side by side
+        batch = work[i:i + max(1, jobs // 2)]
+        procs = [(subprocess.Popen(" && ".join(shlex.join(a) for a in args),
+                                   shell=True, cwd=cwd, env={**env, "PYTHONPATH": cwd},
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT), out)
+                 for _, _, runs in batch for args, out, cwd in runs]
+        for process, _ in procs:
+            process.wait()
+        for _, records, runs in batch:
+            judge(records, [out for _, out, _ in runs], today, steps)
+    shutil.rmtree(old_root)
+
+
+def judge(records, outs, today, steps):
+    """Stamps one variant's records where its two check runs (in outs) logged the same losses;
+    the runs are deleted then, or else kept to be looked at."""
+    alike = losses(read_log(outs[0])) == losses(read_log(outs[1])) != []
+    name = os.path.basename(os.path.dirname(records[0][0]))
+    print(f"{name} and {len(records) - 1} other record(s) of its settings: trained again "
+          f"{'to step ' + str(steps) if steps else 'in full'} by REV's code and today's: "
+          + ("every loss equal: stamped" if alike else f"the losses DIFFER: not stamped (the "
+                                                        f"runs: {', '.join(outs)})"), flush=True)
     if alike:
-        shutil.rmtree(check)
+        shutil.rmtree(os.path.dirname(outs[0]))
+    for path, summary in records if alike else []:
+        write_json(path, {**{k: v for k, v in summary.items() if k not in ("format", "probe")},
+                          "code": today})
 
 
 def main(argv):
-    steps = [a.split("=", 1)[1] for a in argv if a.startswith("--steps=")]
-    if steps and not steps[-1].isdigit():
-        raise ConfigError(f"--steps={steps[-1]}: a whole number of steps, such as --steps=300")
-    steps = [int(n) for n in steps]
-    stamp([folder.rstrip(os.sep) for folder in argv if not folder.startswith("--")],
-          steps=steps[-1] if steps else None)
+    folders = [a.rstrip(os.sep) for a in argv if not a.startswith("-")]
+    cfg = parse_args(SETTINGS, [a for a in argv if a.startswith("-")],
+                     "python -m lab.stamp --from=REV [--steps=N] FOLDER [FOLDER ...]")
+    if not getattr(cfg, "from") or not folders:
+        raise ConfigError("name the revision whose code trained the records and their folders: "
+                          "python -m lab.stamp --from=06ce0aa docs/results/default")
+    stamp(folders, getattr(cfg, "from"), cfg.steps, cfg.jobs)
 
 
 if __name__ == "__main__":
