@@ -270,12 +270,6 @@ def per_mode(summaries, names, seeds, point, escape_loss=0.0, gap_steps=()):
                     [r["curves"][i][r["steps"].index(st)]
                      - base["curves"][base["seeds"].index(s)][base["steps"].index(st)]
                      for i, s in enumerate(r["seeds"]) if s in base["seeds"]]) for st in at}
-            if pairs and escape_loss:
-                def left(res, i):  # a run still on the plateau counts at its last tokens
-                    return res["escape"][i][1] if res["escape"][i] else res["tokens"][-1]
-                r["escape_paired"] = paired_stats(
-                    [left(r, i) - left(base, base["seeds"].index(s))
-                     for i, s in enumerate(r["seeds"]) if s in base["seeds"]])
     return results
 
 

@@ -98,34 +98,13 @@ def last_step(run_dir):
     return (trained[-1]["iter"], trained[-1]["loss"]) if trained else (0, None)
 
 
-def progress(todo, running, timing, jobs, so_far=None):
-    """' (4.1 min so far, about 12 min left; running: vanilla_seed1 at 400/800, ...)'. The time
-    left is one measure wherever it is said: the seconds per step of every run so far (timing:
-    the finished runs' seconds and steps, and under "started" each running run's start time
-    and step), times the steps of the slot that finishes last when the runs left fill `jobs`
-    slots as run_grid starts them."""
+def progress(running, t_start):
+    """' (4.1 min so far; running: vanilla_seed1 at 400/800 (loss 2.345), ...)'."""
     seen = {cfg["out_dir"]: last_step(cfg["out_dir"]) for _, cfg, *_ in running}
-    times = [so_far] if so_far else []
-    seconds, steps_done, now = timing["seconds"], timing["steps"], time.time()
-    for key, cfg, *_ in running:
-        start_time, start_step = timing.get("started", {}).get(key, (now, seen[cfg["out_dir"]][0]))
-        if seen[cfg["out_dir"]][0] > start_step:  # (one that has logged no step says nothing)
-            seconds += now - start_time
-            steps_done += seen[cfg["out_dir"]][0] - start_step
-    if steps_done and (todo or running):
-        slots = [max(cfg["max_iters"] - seen[cfg["out_dir"]][0], 0) for _, cfg, *_ in running]
-        slots += [0] * max(jobs - len(slots), 0)
-        for _, cfg in todo:
-            slots[slots.index(min(slots))] += cfg["max_iters"]
-        left = seconds / steps_done * max(slots)
-        times.append(f"about {left / 60:.0f} min left" if left >= 60 else "under a minute left")
-    parts = [", ".join(times)] if times else []
-    if running:
-        parts.append("running: " + ", ".join(
-            f"{os.path.basename(cfg['out_dir'])} at {seen[cfg['out_dir']][0]}/{cfg['max_iters']}"
-            + (f" (loss {seen[cfg['out_dir']][1]:.3f})" if seen[cfg["out_dir"]][1] else "")
-            for _, cfg, *_ in running))
-    return f" ({'; '.join(parts)})" if parts else ""
+    return f" ({(time.time() - t_start) / 60:.1f} min so far" + ("; running: " + ", ".join(
+        f"{os.path.basename(cfg['out_dir'])} at {seen[cfg['out_dir']][0]}/{cfg['max_iters']}"
+        + (f" (loss {seen[cfg['out_dir']][1]:.3f})" if seen[cfg["out_dir"]][1] else "")
+        for _, cfg, *_ in running) if running else "") + ")"
 
 
 def settings_only(cfg):
@@ -382,9 +361,9 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
            "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     running, t_start, interrupted, failed, gpu_of = [], time.time(), False, [], {}
     n_total = len(todo)
-    # the time left's measure (progress), and each run's train.out size at its start, so that a
-    # failure shows this attempt's output, not an earlier one's
-    timing, said, out_sizes = {"seconds": 0.0, "steps": 0, "started": {}}, time.time(), {}
+    # each run's train.out size at its start: a failure shows this attempt's output, not an
+    # earlier one's
+    said, out_sizes = time.time(), {}
     drawn = time.time()  # the live picture's own clock: runs that start do not postpone it
 
     def start(key, cfg, args, log):
@@ -401,15 +380,14 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
             out_sizes[key] = os.path.getsize(log.name)
             print(f"[{n_total - len(todo)}/{n_total}] {cfg['out_dir']}: " +
                   ("resuming from its checkpoint" if resuming else "training") +
-                  progress([(key, cfg)] + todo, running, timing, jobs), flush=True)
-            timing["started"][key] = (time.time(), last_step(cfg["out_dir"])[0] if resuming else 0)
+                  progress(running, t_start), flush=True)
             said = time.time()
             if gpus:  # the GPU running the fewest runs
                 gpu_of[key] = min(gpu_ids(gpus), key=lambda g: sum(gpu_of.get(k) == g
                                                                    for k, *_ in running))
             running.append([key, cfg, start(key, cfg, commands[0], log), log, commands[1:]])
         if running and time.time() - said > 30:  # a word at least every 30 s while runs train
-            print("   " + progress(todo, running, timing, jobs), flush=True)
+            print("   " + progress(running, t_start), flush=True)
             said = time.time()
         if on_progress and running and time.time() - drawn > 30:
             on_progress()
@@ -430,19 +408,15 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
             running.remove(item)
             log.close()
             if process.returncode == 0 and not rest:
-                timing["seconds"] += time.time() - timing["started"][key][0]
-                timing["steps"] += cfg["max_iters"] - timing["started"][key][1]
                 summaries[key] = summarise(cfg, cfg["out_dir"], samples, threads)
-                elapsed = (time.time() - t_start) / 60
                 print(f"    done {cfg['out_dir']}: val loss {summaries[key]['val_loss_full']:.4f}" +
-                      progress(todo, running, timing, jobs, f"{elapsed:.1f} min so far"),
-                      flush=True)
+                      progress(running, t_start), flush=True)
             elif process.returncode in (0, 130):
                 interrupted = True
             elif any(r["kind"] == "diverged" for r in read_log(cfg["out_dir"])):
                 summaries[key] = diverged_summary(cfg, cfg["out_dir"])
                 print(f"    diverged {cfg['out_dir']} (counts as worse than any finite loss)" +
-                      progress(todo, running, timing, jobs), flush=True)
+                      progress(running, t_start), flush=True)
             else:
                 failed.append(cfg["out_dir"])
                 print(f"    FAILED {cfg['out_dir']} (" + (
