@@ -1,9 +1,6 @@
-"""
-The measures compare.py reports, each small enough to check by hand (test_compare.py does):
+"""The measures compare.py reports, each small enough to check by hand (test_compare.py does):
 paired statistics over seeds, the in-run crossing, the parameter saving read off loss against
-model size, the learning-rate search's rules, and the paper's two analysis measures
-(attention entropy, token similarity) with the forward hooks that collect what they need.
-"""
+model size, the lr search's rules, and the paper's attention entropy and token similarity."""
 import math
 
 import numpy as np
@@ -37,11 +34,8 @@ def paired_stats(differences):
     out = {"n": n, "differences": d.tolist(), "mean": float(d.mean()), "wins": int((d < 0).sum())}
     tail = lambda k: sum(math.comb(n, j) for j in range(k, n + 1)) / 2 ** n  # noqa: E731
     out.update(p_lower=tail(out["wins"]), p_higher=tail(int((d > 0).sum())))
-    if n >= 2:
-        half = t975(n - 1) * d.std(ddof=1) / math.sqrt(n)
-        out["interval"] = [out["mean"] - half, out["mean"] + half]
-    else:
-        out["interval"] = None
+    half = t975(n - 1) * d.std(ddof=1) / math.sqrt(n) if n >= 2 else None
+    out["interval"] = [out["mean"] - half, out["mean"] + half] if n >= 2 else None
     return out
 
 
@@ -58,12 +52,9 @@ def noise_floor(results):
 
 
 def bands(results, calibration=None):
-    """Each variant's band at the end, in results.json and the picture: where its difference to
-    vanilla falls on other draws. With 2+ seeds: their lowest to highest ("seeds"); one seed
-    with a calibration (compare's --calibration): the calibration seeds' lowest to highest
-    ("seeds"; another seed falls inside such a range of n about (n - 1) / (n + 1) of the time);
-    otherwise the difference give or take what rounding alone did ("rounding": another CPU,
-    not another seed), or none without the floor's run."""
+    """Each variant's band at the end: where its difference to vanilla falls on other draws. The
+    lowest to highest of its 2+ seeds, or of a one-seed run's calibration seeds ("seeds"); else
+    the difference give or take what rounding alone did ("rounding"), or none without the floor."""
     floor = noise_floor(results)
     for name, r in results.items():
         p = r.get("paired")
@@ -103,21 +94,19 @@ def held_on_every_seed(r, base):
 
 
 def verdict(stats, floor=None):
-    """One computed sentence. Beyond noise only when the mean is larger than what rounding alone
-    did (floor) and the 95% t interval excludes 0. The count of seeds on each side is said beside
-    it but decides nothing: on 8 seeds another CPU's rounding can turn one seed's sign, which
-    moves the sign test from 1 in 28 to 1 in 7 (the default comparison's seed 1342 at 2 threads,
-    2026-12-06), while it moves the interval's ends far less than their distance from 0."""
+    """One computed sentence: beyond noise only when the mean exceeds the rounding floor and the
+    95% t interval excludes 0. The sign count is said but decides nothing: another CPU's rounding
+    can turn one seed's sign, moving the sign test from 1 in 28 to 1 in 7 on 8 seeds (seed 1342
+    at 2 threads, 2026-12-06), and the interval's ends far less than their distance from 0."""
     within = floor is not None and abs(stats["mean"]) <= floor
     if stats["interval"] is None:
         return "one seed: no interval" + (", within the rounding floor" if within else "")
     if within:
         return f"within the rounding floor (±{floor:.4f}): not a result"
     lo, hi = stats["interval"]
-    if hi < 0:
-        return f"below vanilla, beyond noise (the 95% interval excludes 0; {signs(stats)})"
-    if lo > 0:
-        return f"above vanilla, beyond noise (the 95% interval excludes 0; {signs(stats)})"
+    if hi < 0 or lo > 0:
+        side = "below" if hi < 0 else "above"
+        return f"{side} vanilla, beyond noise (the 95% interval excludes 0; {signs(stats)})"
     return f"not distinguishable from vanilla (the 95% interval includes 0; {signs(stats)})"
 
 
@@ -142,24 +131,20 @@ def crossing(tokens, losses, target):
 
 
 def escape(evals, threshold):
-    """(step, tokens) of the first evaluation whose fixed-window val loss is below threshold:
-    when a run left the early plateau (unigram/bigram statistics, before attention uses the
-    context); None if it never did."""
+    """(step, tokens) of the first evaluation below threshold: when a run left the early plateau
+    (unigram/bigram statistics, before attention uses the context); None if it never did."""
     return next(([e["iter"], e["tokens"]] for e in evals if e["val_loss"] < threshold), None)
 
 
 # ---- fewer parameters: loss against model size (the paper's measure) ----
 
 def vanilla_curve(results):
-    """The paper's own measure, "matches a vanilla model X% larger": vanilla at several sizes
-    (variants named vanilla or vanilla:<size settings>, on shared seeds), a line loss = a + b ln N
-    through their final losses, and every other variant placed on it: the N_eq at which the line
-    reaches the variant's mean loss, as X = N_eq / N - 1 of the variant's own parameters (its
-    total parameters: a value-embedding table counts in full). The 95% interval resamples the
-    seeds (bootstrap, fixed RNG), refitting the line each time. None with fewer than 3 sizes.
-    'inside': whether N_eq lies within the sizes measured (else it is an extrapolation).
-    With the noise floor trained, 'floor_factor' is the size ratio that a loss shift of the floor
-    is worth on the line, and a variant read within it ('within_floor') is not a result."""
+    """The paper's "matches a vanilla model X% larger": a line loss = a + b ln N through the final
+    losses of vanilla at 3+ sizes (vanilla:<size settings>, shared seeds; else None), each other
+    variant placed at the N_eq where the line meets its mean loss, X = N_eq / N - 1 of its total
+    parameters. Interval: the seeds bootstrapped (fixed RNG), the line refitted; 'inside': N_eq
+    within the sizes measured; 'floor_factor': the size ratio the noise floor is worth on the
+    line, a reading within it ('within_floor') no result."""
     sizes = {n: r for n, r in results.items() if is_vanilla_size(n)}
     if len({r["num_params"] for r in sizes.values()}) < 3:
         return None
@@ -241,14 +226,11 @@ def round_lr(lr):
 
 def next_lr(mean_loss, lowest, highest):
     """The learning rate to try next so the best one is bracketed, or None when it is.
-
-    mean_loss: {lr: mean final loss over the search seeds}, inf for a diverged run (it counts as
-    worse, not as an error). The best lr must have a worse neighbour on both sides, each at most
-    FINEST_LR_STEP away: an edge optimum extends the grid on that side by the edge's own step
-    (never past lowest/highest, the cap: then the search stops unbracketed), a coarse step next
-    to the optimum gets its midpoint. Last, the grid reaches twice the best lr, so how fast a
-    variant degrades above its optimum is measured, not guessed.
-    """
+    mean_loss: {lr: mean final loss over the search seeds}, inf for a diverged run (worse, not an
+    error). The best lr needs a worse neighbour each side, at most FINEST_LR_STEP away: an edge
+    optimum extends the grid by the edge's own step (never past the cap lowest/highest: then the
+    search stops unbracketed), a coarse step next to it gets its midpoint. Last, the grid reaches
+    twice the best lr, so how fast a variant degrades above its optimum is measured."""
     lrs = sorted(mean_loss)
     i = min(range(len(lrs)), key=lambda j: (mean_loss[lrs[j]], j))
     below, above = lrs[0] ** 2 / lrs[1], lrs[-1] ** 2 / lrs[-2]  # one edge step further out
@@ -292,10 +274,8 @@ def lr_range(mean_loss, within=0.02):
 # ---- what a variant costs: parameters, FLOPs, the KV cache ----
 
 def sizes(model, seq_len):
-    """Total parameters (without the learned positions, as GPT.num_params), those one token
-    uses (a lookup table, such as a value embedding's, counts one row), training FLOPs per token
-    (GPT.flops_per_token: lookups multiply nothing) and the KV cache's bytes per token (a real
-    one-token KVCache: one count of it, in model.py)."""
+    """Total parameters (as GPT.num_params), those one token uses (a lookup table counts one
+    row), training FLOPs per token and the KV cache's bytes per token (a real one-token KVCache)."""
     tables = [m for name, m in model.named_modules() if isinstance(m, torch.nn.Embedding)
               and name not in ("transformer.wte", "transformer.wpe")]
     total = model.num_params()
@@ -308,12 +288,8 @@ def sizes(model, seq_len):
 # ---- the two analysis measures (the paper's official definitions) ----
 
 def attention_entropy(att):
-    """att (B, n_head, T, T) -> mean over samples of the entropy (nats) of the attention
-    each key receives.
-
-    Heads are averaged to one [T, T] map, summed over queries (column sums: how much attention each
-    key gets), normalised to a distribution over keys. Concentration on a few keys -> low entropy.
-    """
+    """att (B, n_head, T, T) -> mean over samples of the entropy (nats) of the attention each key
+    receives: heads averaged, summed over queries, normalised over keys (few keys: low entropy)."""
     received = att.float().mean(dim=1).sum(dim=1)  # (B, T_keys)
     p = received / received.sum(dim=-1, keepdim=True)
     entropy = -(p * torch.log(p.clamp_min(1e-30))).sum(dim=-1)  # 0 * log 0 counts as 0
@@ -321,8 +297,7 @@ def attention_entropy(att):
 
 
 def token_similarity(hidden):
-    """hidden (B, T, C) -> mean cosine similarity over all pairs of distinct tokens,
-    mean over samples."""
+    """hidden (B, T, C) -> mean cosine similarity over pairs of distinct tokens and samples."""
     h = torch.nn.functional.normalize(hidden.float(), dim=-1)
     sims = h @ h.transpose(1, 2)  # (B, T, T)
     T = h.size(1)
@@ -334,9 +309,8 @@ def token_similarity(hidden):
 @torch.no_grad()
 def internals(model, x):
     """Per layer: attention weights (B, n_head, T, T) and block outputs (B, T, C) for tokens x.
-    The weights are those of the very q and k each layer hands to scaled_dot_product_attention
-    (recorded by wrapping it for this one forward pass), so they stay right when a layer changes
-    q or k on the way (RoPE, QK-norm); the blocks' outputs come from forward hooks."""
+    The weights are recorded by wrapping scaled_dot_product_attention for one forward pass, so
+    they stay right when a layer changes q or k on the way (RoPE, QK-norm)."""
     attention, hidden, sdpa = [], [], F.scaled_dot_product_attention
 
     def recording(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -387,10 +361,9 @@ LOGIT_TOLERANCE = 1e-4
 
 @torch.no_grad()
 def cache_logit_error(model, seq, prompt_len):
-    """Largest |difference| between the logits of cached decoding along seq (a prefill of
-    prompt_len tokens, then one token a step) and those of one forward pass over seq, in exact
-    float32 (autocast and TF32 off). In bf16 the two paths run other kernels, whose rounding can
-    flip a near-tie in greedy decoding: equal tokens are no test there, these logits are."""
+    """Largest |difference| between cached decoding's logits along seq (a prefill of prompt_len
+    tokens, then one a step) and one forward pass's, in exact float32: in bf16 other kernels'
+    rounding can flip a near-tie in greedy decoding, so equal tokens are no test there."""
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:

@@ -31,7 +31,10 @@ def main(argv):
         nudge(model, coins_seed)
         return model
     train.GPT = nudged_gpt
-    return train.main([a for a in argv if a not in given])
+    try:
+        return train.main([a for a in argv if a not in given])
+    finally:  # train.py's own GPT again (a caller in this process may train on)
+        train.GPT = build
 
 
 if __name__ == "__main__":
