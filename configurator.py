@@ -78,10 +78,12 @@ def parse_args(settings, argv, usage, start=None):
                             metavar=type(default).__name__.upper(),
                             type=lambda v, k=key: typed(k, v, settings[k]),
                             **(dict(nargs="?", const="true") if isinstance(default, bool) else {}))
+    cfg = parser.parse_args([a for a in argv if a.startswith("-") and a not in ("-h", "--help")])
     if "-h" in argv or "--help" in argv:  # each setting with the value this command would use
+        parser.set_defaults(**vars(cfg))
         parser.print_help()
         sys.exit(0)
-    return parser.parse_args([a for a in argv if a.startswith("-")])
+    return cfg
 
 
 def run_main(main):

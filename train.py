@@ -194,15 +194,13 @@ def main(argv):
     try:
         train(cfg, ckpt)
     except KeyboardInterrupt:  # Ctrl-C: run_main says what is kept and how to go on, exits 130
-        kept = os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt"))  # the last one, whole
         raise KeyboardInterrupt(f"{cfg.out_dir}/ckpt.pt is kept: go on with python train.py "
-                                f"--resume --out_dir={cfg.out_dir}" if kept else
-                                "no checkpoint yet") from None
+                                f"--resume --out_dir={cfg.out_dir}" if os.path.exists(
+                                    os.path.join(cfg.out_dir, "ckpt.pt")) else "no checkpoint yet")
     except torch.OutOfMemoryError:  # a GPU's: the step tried was too large for it
-        raise ConfigError(f"out of GPU memory at --batch_size={cfg.batch_size} x --block_size="
-                          f"{cfg.block_size}: halve --batch_size, double --gradient_accumulation"
-                          f"_steps (the same tokens a step); what fits: python -m lab.memory "
-                          + " ".join(a for a in argv if a not in ("--resume", "--overwrite")))
+        raise ConfigError(f"out of GPU memory at batch_size {cfg.batch_size} x block_size "
+                          f"{cfg.block_size}: halve --batch_size, double --gradient_accumulation_"
+                          f"steps; what fits: python -m lab.memory {' '.join(argv)}") from None
 
 
 # ---- below: what train() uses, which a first reading can skip ----
@@ -265,12 +263,14 @@ def start_like_vanilla(model, seed):
 
 
 def start_run(cfg, ckpt, record, train_tokens):
-    """The run's record (a resume's from its checkpoint), and a word on what it trains. A
-    checkpoint in out_dir is continued only with --resume, replaced only with --overwrite."""
+    """The run's record (a resume's from its checkpoint), and a word on what it trains."""
     if os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt")) and not (cfg.resume or cfg.overwrite):
         raise ConfigError(f"{cfg.out_dir} already holds a checkpoint: continue it with --resume, "
                           f"or train into another --out_dir (--overwrite replaces it)")
-    os.makedirs(cfg.out_dir, exist_ok=True)
+    try:
+        os.makedirs(cfg.out_dir, exist_ok=True)
+    except OSError as e:  # a file in the way, no permission: the user's to fix
+        raise ConfigError(f"--out_dir={cfg.out_dir}: cannot make that folder ({e.strerror})")
     run = {"format": data.CHECKPOINT_FORMAT, "iter_num": 0, "best_val_loss": float("inf"),
            "val_loss": None, "log": [], **record,
            "config": {k: v for k, v in vars(cfg).items() if k not in ACTIONS}}

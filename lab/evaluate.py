@@ -64,8 +64,8 @@ def evaluate(out_dir, batch_size=0, device=""):
     # the log as train.py wrote it, with this step's final entry (an earlier one replaced)
     entries = [e for e in read_log(out_dir) if e["kind"] != "final" or e["iter"] != final["iter"]]
     data.write_log(out_dir, entries + [final])
-    print(f"{out_dir}, step {final['iter']}: val loss over the whole validation split "
-          f"({n:,} tokens): {loss:.4f}", flush=True)
+    print(f"val loss over the whole validation split ({n:,} tokens): {loss:.4f} ({out_dir}, "
+          f"step {final['iter']})", flush=True)
     return final
 
 

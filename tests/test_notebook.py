@@ -8,7 +8,7 @@ import pytest
 
 import model
 import prepare
-from configurator import defaults
+from configurator import parse_args
 
 nbformat = pytest.importorskip("nbformat", reason="pip install -r tests/requirements.txt")
 nbclient = pytest.importorskip("nbclient", reason="pip install -r tests/requirements.txt")
@@ -60,8 +60,9 @@ def test_the_number_pattern_finds_what_jupyter_shows():
 def test_the_notebook_runs_and_shows_every_result(tmp_path):
     docs = [f"ROMEO:\nBut soft, what light through yonder window breaks, line {i}.\n" * 6
             for i in range(30)]
-    data = prepare.prepare(defaults(prepare.SETTINGS, name="t", out_root=str(tmp_path / "data"),
-                                    quiet=True), documents=docs)
+    data = prepare.prepare(parse_args(prepare.SETTINGS, ["--dataset=t", "--quiet",
+                                                         f"--out_root={tmp_path / 'data'}"], ""),
+                           documents=docs)
     nb = nbformat.read(NOTEBOOK, as_version=4)
     parameters = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(parameters) == 1

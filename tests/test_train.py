@@ -1,8 +1,11 @@
-"""Tests for train.py on tiny data: every value mode trains, the mixing weights' own lr, exact
-resume (also after Ctrl-C), what stops a run (a non-finite loss, a killed or full-disk checkpoint
-write, a second run on the folder, a student's bug in model.py), the batches over shards, and
-torchrun with 2 gloo processes."""
+"""Tests for train.py and its command line (configurator.py): every value mode trains, exact
+resume and what a resume may change, an occupied out_dir, what stops a run (a non-finite loss,
+Ctrl-C, a full disk, out of memory, a bug), every setting's check, the start line's note, MFU,
+the schedule, the batches, and torchrun with 2 gloo processes."""
 import collections
+import dataclasses
+import errno
+import importlib
 import json
 import os
 import shutil
@@ -10,54 +13,22 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 
 import configurator
 import data
 import model
-import prepare
 import train
+from conftest import TINY
 from configurator import ConfigError
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
-TEXT = "".join(f"KING {i % 7}:\nWhat say you, my lord, of the {i % 13} ships upon the sea?\n\n"
-               for i in range(400))
-TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, batch_size=8, max_iters=30,
-            lr_decay_iters=30, warmup_iters=5, learning_rate=1e-2, min_lr=1e-3, eval_interval=10,
-            eval_iters=2, log_interval=1, device="cpu")
-
-
-def default_sigint():
-    """preexec_fn for a child a test Ctrl-Cs: a shell's background job (and so a pytest started
-    as one) passes SIGINT on ignored, and Python then keeps ignoring it."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    """A byte dataset of 13 documents (about 22,500 train + 2,000 val tokens)."""
-    root = tmp_path_factory.mktemp("data")
-    docs = [TEXT[i:i + 2000] for i in range(0, len(TEXT), 2000)]
-    return prepare.prepare(configurator.defaults(prepare.SETTINGS, dataset="tiny",
-                                                 out_root=str(root), quiet=True), documents=docs)
-
-
-def tiny_cfg(data_dir, out_dir, **kw):
-    return configurator.defaults(train.SETTINGS, **{**TINY, "dataset": str(data_dir),
-                                                    "out_dir": str(out_dir), **kw})
-
-
-def changed(cfg, **kw):
-    return SimpleNamespace(**{**vars(cfg), **kw})
-
-
-def as_args(cfg):
-    """The command line that gives these settings: --key=value for each one not at its default."""
-    return [f"--{k}={v}" for k, v in vars(cfg).items() if v != train.SETTINGS[k][0]]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 
 def read_log(out_dir):
@@ -65,516 +36,586 @@ def read_log(out_dir):
         return [json.loads(line) for line in f]
 
 
-def train_losses(out_dir):
-    return [(r["iter"], r["loss"]) for r in read_log(out_dir) if r["kind"] == "train"]
-
-
 def load(out_dir):
-    return data.load_checkpoint(os.path.join(str(out_dir), "ckpt.pt"))
+    return data.load_checkpoint(os.path.join(out_dir, "ckpt.pt"))
 
 
-def run_script(*args, cwd=HERE, **kw):
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, **kw)
+def parse(argv):
+    return configurator.parse_args(train.SETTINGS, [str(a) for a in argv], train.USAGE)
 
 
-# ---- training, in every value mode ----
+def raising(error):
+    """A stand-in (for main, or train.training_step) that raises error."""
+    def stand_in(*args, **kwargs):
+        raise error
+    return stand_in
 
-@pytest.mark.parametrize("mode", list(model.VALUE_MODES))
-def test_each_mode_trains_and_writes_log_and_checkpoint(data_dir, tmp_path, mode):
-    summary = train.train(tiny_cfg(data_dir, tmp_path, value_mode=mode))
-    assert summary["iter"] == 30
-    evals = summary["evals"]
-    assert [e["iter"] for e in evals] == [0, 10, 20, 30]
-    assert evals[-1]["val_loss"] < evals[0]["val_loss"] - 1.0  # it learns (from about ln 257)
-    log = read_log(tmp_path)
-    assert [r["kind"] for r in log][:2] == ["config", "eval"] and log[-1]["kind"] == "final"
-    assert [r["iter"] for r in log if r["kind"] == "train"] == list(range(1, 31))
-    assert all(r["tokens_per_sec"] > 0 and r["ms_per_step"] > 0
-               for r in log if r["kind"] == "train")
-    # the final number covers the whole val split: every token but the first predicted once
-    meta = data.load_meta(data_dir)
-    assert log[-1]["val_tokens"] == meta["val_tokens"] - 1
-    assert log[-1]["val_loss_full"] == summary["val_loss_full"] < evals[0]["val_loss"] - 1.0
-    ckpt = load(tmp_path)
-    assert ckpt["iter_num"] == 30 and ckpt["model_args"]["value_mode"] == mode
+
+@pytest.fixture
+def tiny(plays, tmp_path):
+    """The tiny model on the plays, into tmp_path/out: train.py's arguments."""
+    return TINY + [f"--dataset={plays}", f"--out_dir={tmp_path / 'out'}"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(plays, tmp_path_factory):
+    """A 4-step run at a learning rate other than the default: its out_dir. Tests only read it
+    (a refused resume writes nothing); one that resumes it copies it first."""
+    out = tmp_path_factory.mktemp("resumable") / "out"
+    train.main(TINY + [f"--dataset={plays}", f"--out_dir={out}", "--max_iters=4",
+                       "--eval_interval=2", "--learning_rate=5e-3"])
+    return out
+
+
+# ---- training ----
+
+@pytest.mark.parametrize("mode", model.VALUE_MODES)
+def test_every_value_mode_trains_and_logs_its_evaluations_and_steps(mode, tiny, tmp_path,
+                                                                    capsys):
+    out = tmp_path / "out"
+    learned = ["--learnable_lambda"] if mode == "resformer" else []
+    cfg = parse(tiny + [f"--value_mode={mode}", "--max_iters=10", "--eval_interval=5", *learned])
+    trained, log = train.train(cfg)
+    assert read_log(out) == log
+    assert [(e["kind"], e["iter"]) for e in log] == [("eval", 0), ("train", 5), ("eval", 5),
+                                                     ("train", 10), ("eval", 10)]
+    evals, step = [e for e in log if e["kind"] == "eval"], cfg.batch_size * cfg.block_size
+    assert [e["tokens"] for e in evals] == [0, 5 * step, 10 * step]
+    assert evals[-1]["val_loss"] < evals[0]["val_loss"] - 0.2  # it learns (from about ln 257)
+    assert evals[-1].get("mixing") == (trained.mixing_weights() or None)  # as it ends
+    assert all(e["ms_per_step"] > 0 and e["mfu"] is None for e in log if e["kind"] == "train")
+    assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
+    ckpt = load(out)
+    assert ckpt["iter_num"] == 10 and ckpt["model_args"]["value_mode"] == mode
     assert ckpt["tokenizer"] == {"tokenizer": "byte", "vocab_size": 257, "eot": 256}
-    assert ckpt["best_val_loss"] == summary["best_val_loss"] == min(e["val_loss"] for e in evals)
-    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "log.jsonl"]  # no .tmp
-    # only value embeddings have mixing weights here (a learned value_lambda in every layer)
-    mixing = evals[-1].get("mixing")
-    if mode == "value_embed":
-        assert list(mixing) == [f"transformer.h.{i}.attn.value_lambda" for i in range(2)]
-    else:
-        assert mixing is None
+    assert not set(train.ACTIONS) & set(ckpt["config"])  # --resume is a command's, not a run's
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"training {out} at step 0: {mode}, ") and "note:" not in printed
+    assert printed.endswith(f"saved {out}/ckpt.pt (step 10): python sample.py --out_dir={out} "
+                            f"samples from it\n")
 
 
-def test_learned_lambdas_step_at_their_own_learning_rate(data_dir, tmp_path, capsys):
-    """lambda_lr_scale multiplies the lambdas' lr: 0 freezes them at their start while the
-    weights learn; at 1 they move. (Adam moves a scalar by about lr per step.) They are logged at
-    every evaluation."""
-    def lambdas(scale):
-        out = tmp_path / str(scale)
-        summary = train.train(tiny_cfg(data_dir, out, value_mode="resformer",
-                                       learnable_lambda=True, n_layer=3, max_iters=10,
-                                       lr_decay_iters=10, lambda_lr_scale=scale))
-        assert summary["evals"][-1]["val_loss"] < summary["evals"][0]["val_loss"] - 0.5
-        mixing = summary["evals"][-1]["mixing"]  # layers 2..n, named as the model names them
-        assert list(mixing) == [f"transformer.h.{i}.attn.value_lambdas" for i in (1, 2)]
-        assert [r["mixing"] for r in read_log(out) if r["kind"] == "eval"][-1] == mixing
-        return np.array(list(mixing.values()))
-    assert np.array_equal(lambdas(0.0), np.full((2, 2), 0.5))
-    # the eval lines show them, layers 2..n, as the log records them
-    assert ", lambda_1/lambda_2 by layer 2: 0.50/0.50 3: 0.50/0.50\n" in capsys.readouterr().out
-    moved = np.abs(lambdas(1.0) - 0.5).max()
-    assert 0.005 < moved < 10 * 1e-2 + 1e-6  # at most about lr (1e-2) per step, 10 steps
+def test_lambda_lr_scale_0_freezes_the_learned_lambdas_while_1_moves_them(tiny):
+    mixing = {}
+    for scale in (0.0, 1.0):  # the second run replaces the first (--overwrite)
+        trained, _ = train.train(parse(tiny + ["--learnable_lambda", f"--lambda_lr_scale={scale}",
+                                               "--max_iters=5", "--overwrite"]))
+        mixing[scale] = np.array(list(trained.mixing_weights().values()))
+    assert mixing[0.0].size and (mixing[0.0] == 0.5).all() and (mixing[1.0] != 0.5).any()
+
+
+def test_the_quickstart_preset_is_train_py_defaults():
+    preset = configurator.read_preset(os.path.join(ROOT, "config", "quickstart.py"))
+    assert preset and {k: (type(v), v) for k, v in preset.items()} == {
+        k: (type(train.SETTINGS[k][0]), train.SETTINGS[k][0]) for k in preset}
+    # The GPU presets of train.py are its settings too; GPT-2's step is 2**19 tokens.
+    gpt2 = parse([os.path.join(ROOT, "config", "gpt2_124m.py")])
+    assert gpt2.batch_size * gpt2.block_size * gpt2.gradient_accumulation_steps == 2**19
+    parse([os.path.join(ROOT, "config", "plays_gpu.py")])
 
 
 # ---- resume ----
 
-def test_resume_equals_uninterrupted_run(data_dir, tmp_path):
-    """12 steps, then --resume to 30, logs bitwise the losses of 30 straight steps and ends on the
-    same weights and AdamW state (dropout: the RNG state resumes too)."""
-    straight = tiny_cfg(data_dir, tmp_path / "straight", value_mode="resformer",
-                        learnable_lambda=True, dropout=0.1)
-    train.train(straight)
-    first_half = changed(straight, out_dir=str(tmp_path / "resumed"), max_iters=12)
-    train.train(first_half)  # the same schedule: lr_decay_iters is set
-    summary = train.train(changed(first_half, max_iters=30, resume=True))
-    assert summary["iter"] == 30 and [e["iter"] for e in summary["evals"]] == [0, 10, 12, 20, 30]
-    assert train_losses(tmp_path / "resumed") == train_losses(tmp_path / "straight")  # bitwise
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_a_run_stopped_and_resumed_logs_the_losses_of_an_uninterrupted_one(dropout, plays,
+                                                                           tmp_path):
+    """12 steps straight, or 6 and then --resume to 12: the same losses, bit for bit, and the
+    same weights and AdamW moments (with dropout, the random numbers resume too)."""
+    run = TINY + [f"--dataset={plays}", "--max_iters=12", "--lr_decay_iters=12",
+                  "--eval_interval=3", "--log_interval=1", f"--dropout={dropout}"]
+    train.main(run + [f"--out_dir={tmp_path / 'straight'}"])
+    train.main(run + [f"--out_dir={tmp_path / 'resumed'}", "--max_iters=6"])
+    train.main([f"--out_dir={tmp_path / 'resumed'}", "--resume", "--max_iters=12"])
+    logs = {name: [(e["kind"], e["iter"], e.get("loss"), e.get("lr"), e.get("val_loss"))
+                   for e in read_log(tmp_path / name)] for name in ("straight", "resumed")}
+    assert len(logs["straight"]) == 12 + 5 and logs["resumed"] == logs["straight"]
     a, b = load(tmp_path / "straight"), load(tmp_path / "resumed")
-    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert b["iter_num"] == 12 and all(torch.equal(a["model"][k], b["model"][k])
+                                       for k in a["model"])
     assert all(torch.equal(a["optimizer"]["state"][i]["exp_avg"], s["exp_avg"])
                for i, s in b["optimizer"]["state"].items())
 
 
-def test_resume_with_a_different_model_is_a_clear_error(data_dir, tmp_path):
-    train.train(tiny_cfg(data_dir, tmp_path, max_iters=2))
-    with pytest.raises(ConfigError, match=r"the model differs \(n_layer: checkpoint 2 vs now 3"):
-        train.train(tiny_cfg(data_dir, tmp_path, max_iters=4, n_layer=3, resume=True))
-    assert load(tmp_path)["iter_num"] == 2  # untouched
-    with pytest.raises(data.DataError, match="no checkpoint at .*empty/ckpt.pt: train one first"):
-        train.train(tiny_cfg(data_dir, tmp_path / "empty", resume=True))
-    # model.py edited since (here: the checkpoint holds a tensor today's model lacks, as after
-    # a RoPE edit that removed the learned positions): one line naming it, not torch's key list
-    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+def test_a_resume_may_repeat_the_runs_settings_and_change_the_resumable_ones(checkpoint, plays,
+                                                                             tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(checkpoint, out)  # out_dir is resumable: the folder may move
+    preset = tmp_path / "again.py"
+    preset.write_text("# the run's own settings\nn_layer = 2\nlearning_rate = 5e-3\n")
+    same = TINY + [f"--dataset={plays}", "--learning_rate=5e-3"]
+    for given in ([], same, [preset], [preset, *same]):
+        argv = [*given, f"--out_dir={out}", "--resume"]
+        cfg, _ = train.resume_settings(parse(argv), [str(a) for a in argv])
+        assert (cfg.learning_rate, cfg.n_embd, cfg.dataset, cfg.max_iters) == (
+            5e-3, parse(TINY).n_embd, str(plays), 4)  # the run's, not the defaults
+    assert set(train.RESUMABLE) <= set(train.SETTINGS)
+    train.main([f"--out_dir={out}", "--resume", "--max_iters=6", "--eval_interval=3",
+                "--log_interval=1", "--eval_iters=1", "--lr_decay_iters=8", "--device=cpu",
+                "--dtype=float32", "--compile=False"])
+    log, ckpt = read_log(out), load(out)
+    assert [e["iter"] for e in log if e["kind"] == "train"] == [4, 5, 6]  # 5 steps, then 1
+    assert [e["iter"] for e in log if e["kind"] == "eval"] == [0, 2, 4, 6]
+    assert (ckpt["iter_num"], ckpt["config"]["lr_decay_iters"], ckpt["config"]["learning_rate"],
+            ckpt["config"]["out_dir"]) == (6, 8, 5e-3, str(out))
+
+
+@pytest.mark.parametrize("key,value,there,now", [
+    ("batch_size", "8", 4, 8), ("n_layer", "3", 2, 3), ("learning_rate", "0.01", 5e-3, 0.01),
+    ("value_mode", "vanilla", "resformer", "vanilla")])
+def test_a_resume_that_changes_another_setting_is_one_line_naming_it(key, value, there, now,
+                                                                      checkpoint):
+    before = (checkpoint / "ckpt.pt").read_bytes()
+    with pytest.raises(ConfigError) as error:
+        train.main([f"--out_dir={checkpoint}", "--resume", f"--{key}={value}"])
+    assert str(error.value).startswith(f"cannot resume {checkpoint}/ckpt.pt with {key} "
+                                       f"{there!r} there, {now!r} now: a resume changes only ")
+    assert "\n" not in str(error.value) and (checkpoint / "ckpt.pt").read_bytes() == before
+
+
+def test_a_checkpoint_this_code_cannot_continue_is_one_line(checkpoint, tmp_path):
+    """No checkpoint; one of 2 processes resumed by 1; one of other model code (a tensor today's
+    model.py lacks, as after a RoPE edit): one line each, nothing written."""
+    with pytest.raises(data.DataError, match=f"^no checkpoint at {tmp_path}/ckpt.pt: train one"):
+        train.main([f"--out_dir={tmp_path}", "--resume"])
+    ckpt = torch.load(checkpoint / "ckpt.pt", weights_only=True)
+    torch.save({**ckpt, "rank_states": ckpt["rank_states"] * 2}, tmp_path / "ckpt.pt")
+    with pytest.raises(ConfigError) as error:
+        train.main([f"--out_dir={tmp_path}", "--resume", "--max_iters=6"])
+    assert str(error.value) == (f"{tmp_path}/ckpt.pt was written by 2 process(es): resume it "
+                                f"with as many (torchrun --nproc_per_node)")
     ckpt["model"]["transformer.rotary"] = torch.zeros(3)
     torch.save(ckpt, tmp_path / "ckpt.pt")
-    with pytest.raises(ConfigError, match=r"cannot resume .*ckpt.pt: it does not fit today's "
-                                          r"model.py \(transformer.rotary\): other code"):
-        train.train(tiny_cfg(data_dir, tmp_path, max_iters=4, resume=True))
+    with pytest.raises(ConfigError) as error:
+        train.main([f"--out_dir={tmp_path}", "--resume", "--max_iters=6"])
+    assert str(error.value) == (f"cannot resume {tmp_path}/ckpt.pt: it does not fit today's "
+                                f"model.py (transformer.rotary): other code trained it; start anew")
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt"]
 
 
-def test_ctrl_c_then_resume_ends_on_the_losses_of_an_uninterrupted_run(data_dir, tmp_path):
-    """A real SIGINT to `python train.py` after its first checkpoint: exit 130, no traceback but
-    one line on what is kept and how to go on; the last checkpoint is whole, and `--resume` (its
-    settings, only max_iters given) ends on exactly the losses of a run that was never stopped."""
-    settings = dict(eval_interval=5, lr_decay_iters=40, dropout=0.1)
-    out = tmp_path / "stopped"
-    cfg = tiny_cfg(data_dir, out, max_iters=100_000, **settings)  # runs until stopped
-    run = subprocess.Popen([sys.executable, "train.py", *as_args(cfg)], cwd=HERE,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           preexec_fn=default_sigint)
-    try:
-        deadline = time.time() + 60
-        while not (out / "ckpt.pt").exists():
-            assert run.poll() is None and time.time() < deadline, run.communicate()
-            time.sleep(0.02)
-        run.send_signal(signal.SIGINT)
-        stdout, stderr = run.communicate(timeout=60)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-    stop = load(out)["iter_num"]
-    assert run.returncode == 130 and stderr == (
-        f"Ctrl-C: stopped; {out}/ckpt.pt (step {stop}) is kept: go on with python train.py "
-        f"--resume --out_dir={out}\n"), stderr[-2000:]
-    assert stop % 5 == 0 and 5 <= stop < 60, stop
-    train.main([f"--out_dir={out}", "--resume", "--max_iters=60"])
-    straight = tiny_cfg(data_dir, tmp_path / "straight", max_iters=60, **settings)
-    train.train(straight)
-    expected = train_losses(straight.out_dir)
-    log = read_log(out)
-    resumed = [i for i, r in enumerate(log) if r["kind"] == "config"][-1]
-    assert [(r["iter"], r["loss"]) for r in log[resumed:] if r["kind"] == "train"] == \
-        expected[stop:]  # bitwise
-    assert [(r["iter"], r["loss"]) for r in log[:resumed] if r["kind"] == "train"][:stop] == \
-        expected[:stop]
-    a, b = load(out), load(straight.out_dir)
-    assert a["iter_num"] == 60 and all(torch.equal(a["model"][k], b["model"][k])
-                                       for k in a["model"])
+def test_overwrite_keeps_the_old_run_until_the_new_runs_first_checkpoint(tiny, tmp_path,
+                                                                         monkeypatch):
+    out, argv = tmp_path / "out", tiny + ["--max_iters=4", "--eval_interval=2"]
+    train.main(argv)
+    old = {name: (out / name).read_bytes() for name in ("ckpt.pt", "log.jsonl")}
+    with pytest.raises(ConfigError) as error:
+        train.main(argv)
+    assert str(error.value) == (f"{out} already holds a checkpoint: continue it with --resume, "
+                                f"or train into another --out_dir (--overwrite replaces it)")
+    real, steps = train.training_step, []
+
+    def stopped_in_the_second_step(*args):  # before the new run's first checkpoint (step 2)
+        steps.append(1)
+        if len(steps) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(train, "training_step", stopped_in_the_second_step)
+    with pytest.raises(KeyboardInterrupt, match=f"^{out}/ckpt.pt is kept: go on with python "
+                                                f"train.py --resume --out_dir={out}$"):
+        train.main(argv + ["--overwrite", "--seed=7"])
+    assert {name: (out / name).read_bytes() for name in old} == old
+    assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
+    monkeypatch.setattr(train, "training_step", real)
+    train.main(argv + ["--overwrite", "--seed=7"])
+    assert [e["iter"] for e in read_log(out) if e["kind"] == "eval"] == [0, 2, 4]  # its own log
+    assert load(out)["config"]["seed"] == 7
 
 
 # ---- what stops a run ----
 
-@pytest.mark.parametrize("where", ["train", "eval"])
-def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch,
-                                                              where):
-    """From the first loss after step 10's checkpoint on, the loss is NaN: in training (seen at
-    step 11's log line) or only in evaluation (seen at step 20's, before it would save). One line
-    (ConfigError), a "diverged" record, and step 10's checkpoint is whole and finite."""
-    real_ce, ckpt = torch.nn.functional.cross_entropy, tmp_path / "ckpt.pt"
+def test_a_non_finite_loss_stops_with_one_line_and_a_diverged_entry(tiny, tmp_path, monkeypatch):
+    out, real, steps = tmp_path / "out", train.training_step, []
 
-    def nan_after_the_checkpoint(*args, **kw):
-        loss = real_ce(*args, **kw)
-        poisoned = ckpt.exists() and (where == "train" or not torch.is_grad_enabled())
-        return loss * float("nan") if poisoned else loss
+    def nan_from_step_3(*args):
+        steps.append(1)
+        loss = real(*args)
+        return loss * float("nan") if len(steps) >= 3 else loss
 
-    monkeypatch.setattr(torch.nn.functional, "cross_entropy", nan_after_the_checkpoint)
-    step = {"train": 11, "eval": 20}[where]
+    monkeypatch.setattr(train, "training_step", nan_from_step_3)
     with pytest.raises(ConfigError) as error:
-        train.train(tiny_cfg(data_dir, tmp_path))
-    assert str(error.value) == (f"the loss is not finite at step {step}: stopped; the last good "
-                                f"checkpoint is {tmp_path}/ckpt.pt (try a lower --learning_rate)")
-    assert read_log(tmp_path)[-1] == {"kind": "diverged", "iter": step}
-    saved = load(tmp_path)
-    assert saved["iter_num"] == 10 and all(torch.isfinite(v).all() for v in
-                                           saved["model"].values() if v.is_floating_point())
-    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "log.jsonl"]
+        train.main(tiny + ["--max_iters=6", "--eval_interval=2", "--log_interval=1"])
+    assert str(error.value) == (f"the loss is not finite at step 3: stopped (try a lower "
+                                f"--learning_rate); {out}/ckpt.pt is the last good")
+    log = read_log(out)
+    assert log[-1] == {"iter": 3, "kind": "diverged"} and log[-2]["kind"] == "train"
+    assert load(out)["iter_num"] == 2
 
 
-def test_killed_checkpoint_write_leaves_previous_loadable(data_dir, tmp_path, monkeypatch):
-    """Ctrl-C (or a kill) in the middle of the second checkpoint's write: the first checkpoint is
-    whole, the half-written file is gone, and --resume goes on from the first."""
-    real_save, saves = torch.save, []
+def test_run_main_one_line_for_a_users_mistake_130_for_ctrl_c_a_traceback_for_a_bug(
+        tiny, monkeypatch, capsys):
+    """A UserError: "error: ..." (Python exits 1 with it); Ctrl-C: 130, rank 0 saying what is
+    kept; a bug (here in model.py) and any other error propagate, so Python shows the traceback."""
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    monkeypatch.delenv("RANK", raising=False)
+    for error, code in [(ConfigError("--a=1: must be at least 2"), "error: --a=1: must be at "
+                                                                   "least 2"),
+                        (data.DataError("no dataset in data/x"), "error: no dataset in data/x"),
+                        (KeyboardInterrupt("out/ckpt.pt is kept"), 130)]:
+        with pytest.raises(SystemExit) as stopped:
+            configurator.run_main(raising(error))
+        assert stopped.value.code == code
+    assert capsys.readouterr().err == "Ctrl-C: stopped; out/ckpt.pt is kept\n"
+    monkeypatch.setenv("RANK", "1")  # under torchrun every process is stopped; rank 0 says so
+    with pytest.raises(SystemExit, match="^130$"):
+        configurator.run_main(raising(KeyboardInterrupt("out/ckpt.pt is kept")))
+    assert capsys.readouterr().err == ""
+    with pytest.raises(SystemExit, match="^3$"):
+        configurator.run_main(lambda argv: 3)
+    with pytest.raises(OSError):  # not a full disk: a bug's
+        configurator.run_main(raising(OSError(errno.ENOENT, "No such file or directory", "x")))
+    monkeypatch.setattr(model, "MIXING_WEIGHTS", None)  # a bug in model.py
+    monkeypatch.setattr(sys, "argv", ["train.py", *tiny, "--max_iters=2"])
+    with pytest.raises(TypeError) as bug:
+        configurator.run_main(train.main)
+    shown = "".join(traceback.format_exception(bug.value))  # what Python prints with exit 1
+    frames = [line for line in shown.splitlines() if line.startswith('  File "')]
+    assert frames[-1].startswith(f'  File "{model.__file__}", line ')
 
-    def dies_mid_write(obj, f):
+
+def test_a_full_disk_is_one_line_and_keeps_the_files_written_before(tiny, tmp_path,
+                                                                    monkeypatch):
+    """The second checkpoint's write fails as torch.save fails on a full disk (its RuntimeError
+    caused by the OSError): one line, the first checkpoint and its log whole, no partial file."""
+    out, real, saves = tmp_path / "out", torch.save, []
+
+    def full_at_the_second_save(obj, f):
         saves.append(obj["iter_num"])
-        if len(saves) == 1:
-            return real_save(obj, f)
-        f.write(b"PK\x03\x04 half a checkpoint")
-        f.flush()
-        raise KeyboardInterrupt
+        if len(saves) == 2:
+            f.write(b"PK\x03\x04 half a checkpoint")
+            raise RuntimeError("PytorchStreamWriter failed writing file data/0") from OSError(
+                errno.ENOSPC, "No space left on device", f"{out}/ckpt.pt.tmp")
+        return real(obj, f)
 
-    monkeypatch.setattr(torch, "save", dies_mid_write)
-    with pytest.raises(KeyboardInterrupt):
-        train.train(tiny_cfg(data_dir, tmp_path))
-    monkeypatch.undo()
-    assert saves == [10, 20] and load(tmp_path)["iter_num"] == 10
-    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "log.jsonl"]
-    assert train.train(tiny_cfg(data_dir, tmp_path, resume=True))["iter"] == 30
-    # a half file (what a SIGKILL would leave as ckpt.pt.tmp) is never read as a checkpoint
-    (tmp_path / "half.pt").write_bytes(b"PK\x03\x04 half a checkpoint")
-    with pytest.raises(data.DataError, match="half.pt is not a readable torch checkpoint"):
-        data.load_checkpoint(str(tmp_path / "half.pt"))
+    monkeypatch.setattr(torch, "save", full_at_the_second_save)
+    monkeypatch.setattr(sys, "argv", ["train.py", *tiny, "--max_iters=4", "--eval_interval=2"])
+    with pytest.raises(SystemExit) as stopped:
+        configurator.run_main(train.main)
+    assert stopped.value.code == (f"error: no space left on device ({out}/ckpt.pt.tmp): free some"
+                                  f" space and run the command again; files written whole before "
+                                  f"are kept")
+    assert saves == [2, 4] and sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
+    assert load(out)["iter_num"] == 2 and read_log(out)[-1]["iter"] == 2
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
-def test_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(data_dir, tmp_path):
-    """The OS's own ENOSPC: ckpt.pt.tmp is a link to /dev/full, where every write fails. The save
-    at step 20 of `python train.py --resume` fails: one line, exit 1, step 10's checkpoint whole
-    and the partial file gone. At a fresh run's first save, nothing is left but the lock."""
+def test_out_of_memory_is_one_line_naming_a_smaller_micro_step_and_lab_memory(tiny,
+                                                                              monkeypatch):
+    monkeypatch.setattr(train, "training_step", raising(torch.OutOfMemoryError("CUDA OOM")))
+    with pytest.raises(ConfigError) as error:
+        train.main(tiny + ["--overwrite"])
+    cfg = parse(TINY)
+    assert str(error.value) == (
+        f"out of GPU memory at batch_size {cfg.batch_size} x block_size {cfg.block_size}: "
+        f"halve --batch_size, double --gradient_accumulation_steps; what fits: python -m "
+        f"lab.memory " + " ".join(tiny + ["--overwrite"]))  # (lab.memory ignores the action)
+
+
+def test_python_train_py_with_a_bad_setting_exits_1_with_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "train.py", "--dropout=1.5",
+                           f"--out_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1, "", "error: --dropout=1.5: must be between 0.0 and 0.99 (dropout rate)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_exits_130_naming_the_kept_checkpoint_which_resume_continues(tiny, tmp_path):
+    """A real SIGINT to `python train.py` after its first checkpoint: no traceback, one line on
+    what is kept and how to go on; --resume (only max_iters given) continues it."""
     out = tmp_path / "out"
-    train.train(tiny_cfg(data_dir, out, max_iters=10))
-    os.symlink("/dev/full", out / "ckpt.pt.tmp")
-    result = run_script("train.py", f"--out_dir={out}", "--resume", "--max_iters=20")
-    assert result.returncode == 1 and "step 20: train loss" in result.stdout
-    assert result.stderr.startswith("error: no space left on device") and \
-        result.stderr.count("\n") == 1, result.stderr[-2000:]
-    assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
-    assert load(out)["iter_num"] == 10
+    # A shell's background job (so a pytest started as one) passes SIGINT on ignored: undo that.
+    run = subprocess.Popen([sys.executable, "train.py", *tiny, "--max_iters=100000",
+                            "--eval_interval=5"], cwd=ROOT, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.time() + 60
+        while not (out / "ckpt.pt").exists():
+            assert run.poll() is None, run.communicate()  # it ended: why
+            assert time.time() < deadline, "no checkpoint within 60 s"
+            time.sleep(0.02)
+        run.send_signal(signal.SIGINT)
+        _, stderr = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 130 and stderr == (
+        f"Ctrl-C: stopped; {out}/ckpt.pt is kept: go on with python train.py --resume "
+        f"--out_dir={out}\n"), stderr[-2000:]
+    assert not [name for name in os.listdir(out) if name.endswith(".tmp")]
+    stop = load(out)["iter_num"]
+    assert stop > 0 and stop % 5 == 0
+    train.main([f"--out_dir={out}", "--resume", f"--max_iters={stop + 5}"])
+    assert load(out)["iter_num"] == stop + 5
+    assert [e["iter"] for e in read_log(out) if e["kind"] == "eval"] == list(range(0, stop + 6, 5))
 
-    fresh = tmp_path / "fresh"
-    fresh.mkdir()
-    os.symlink("/dev/full", fresh / "ckpt.pt.tmp")
-    with pytest.raises(SystemExit) as stopped:  # run_main: what `python train.py` does with it
-        configurator.run_main(lambda argv: train.train(tiny_cfg(data_dir, fresh, max_iters=10)))
-    assert str(stopped.value.code).startswith("error: no space left on device")
-    assert os.listdir(fresh) == []
+
+# ---- the settings ----
+
+@pytest.mark.parametrize("script", ["train", "sample", "prepare", "compare", "bench"])
+def test_every_numeric_setting_has_limits(script):
+    settings = importlib.import_module(script).SETTINGS
+    unlimited = {k for k, (default, *rest) in settings.items()
+                 if type(default) in (int, float) and not rest}
+    # ResFormer's mixing weights take any value (the paper swept lambda from -1 to 2), and
+    # prepare.py's seed seeds random.Random, which takes any integer.
+    assert unlimited <= {"lambda_1", "lambda_2"} | ({"seed"} if script == "prepare" else set())
 
 
-def test_a_students_bug_in_model_py_shows_its_traceback(data_dir, tmp_path):
-    """A bug planted in a copy of the lesson files (unpacking two lambdas into three names) is
-    not a user's mistake: the run ends with the traceback at the planted line, exit 1."""
-    lesson = tmp_path / "lesson"
-    lesson.mkdir()
-    for name in ("model.py", "train.py", "data.py", "configurator.py", "prepare.py"):
-        shutil.copy(os.path.join(HERE, name), lesson / name)
-    shutil.copytree(os.path.join(HERE, "corpus"), lesson / "corpus")
-    lines = (lesson / "model.py").read_text().splitlines(keepends=True)
-    line = "lambda_1, lambda_2 = self.value_lambdas"
-    [index] = [i for i, text in enumerate(lines) if text.strip() == line]
-    lines[index] = lines[index].replace(line, "lambda_1, lambda_2, lambda_3 = self.value_lambdas")
-    (lesson / "model.py").write_text("".join(lines))
-    cfg = tiny_cfg(data_dir, tmp_path / "out", value_mode="resformer", max_iters=2)
-    result = run_script("train.py", *as_args(cfg), cwd=lesson)
-    assert result.returncode == 1
-    assert "Traceback (most recent call last)" in result.stderr
-    assert f'File "{lesson / "model.py"}", line {index + 1}' in result.stderr
-    assert result.stderr.rstrip().endswith(
-        "ValueError: not enough values to unpack (expected 3, got 2)"), result.stderr[-2000:]
+@pytest.mark.parametrize("key", [k for k, spec in train.SETTINGS.items() if len(spec) > 2])
+def test_a_value_outside_its_settings_limits_is_one_line_naming_it(key):
+    default, meaning, (low, high) = train.SETTINGS[key]
+    step = 1 if isinstance(default, int) else 0.5
+    for value in [v for v in (low, high) if v is not None]:
+        assert getattr(parse([f"--{key}={value}"]), key) == value  # the limits are allowed
+    outside = [low - step] if low is not None else []
+    outside += ([high + step] if high is not None else []) + (
+        ["nan", "inf", "-inf"] if isinstance(default, float) else [])
+    assert outside
+    for value in outside:
+        with pytest.raises(ConfigError) as error:
+            parse([f"--{key}={value}"])
+        assert str(error.value).startswith(f"--{key}=") and "must be" in str(error.value)
+        assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--learning_rate=nan"], "--learning_rate=nan: must be a finite float, like 0.003"),
+    (["--dropout=1.5"], "--dropout=1.5: must be between 0.0 and 0.99 (dropout rate)"),
+    (["--n_layer=0"], "--n_layer=0: must be at least 1 (transformer blocks (this and below"),
+    (["--n_layer=4.5"], "--n_layer=4.5: must be int, like 4"),
+    (["--compile=yes"], "--compile=yes: must be bool, like False"),
+    (["--n_layers=4"], "unrecognized arguments: --n_layers=4"),
+    (["--lr=1"], "unrecognized arguments: --lr=1"),  # no abbreviations: a typo is a typo
+    (["--max_iters"], "argument --max_iters: expected one argument")])
+def test_a_bad_value_is_one_line(argv, message):
+    with pytest.raises(ConfigError) as error:
+        parse(argv)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("argv,world,message", [
+    (["--min_lr=0.1"], 1, "--min_lr=0.1: must be at most --learning_rate"),
+    (["--gradient_accumulation_steps=3"], 2, "--gradient_accumulation_steps=3, all processes' "
+                                             "micro-steps, must divide by their number (2)"),
+    (["--n_head=3"], 1, "n_embd (16) must be divisible by n_head (3)"),
+    (["--value_mode=resformr"], 1, "value_mode must be one of vanilla, resformer, svformer"),
+    (["--value_mode=vanilla", "--learnable_lambda"], 1, "lambda_1, lambda_2 and learnable_lambda "
+                                                        "only apply to value_mode=resformer"),
+    (["--device=cuda"], 1, "--device=cuda: not here; use auto, cpu, cuda, cuda:N"),
+    (["--dtype=fp8"], 1, "--dtype=fp8: use auto (it picks), float32, bfloat16"),
+    (["--dataset=no_such_plays"], 1, "no dataset in data/no_such_plays (no meta.json): make it "
+                                     "with python prepare.py")])
+def test_settings_that_cannot_train_are_one_line_before_any_file(argv, world, message, tiny,
+                                                                  tmp_path, monkeypatch):
+    if argv == ["--device=cuda"] and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    monkeypatch.setattr(train, "WORLD", world)  # 2: as one of torchrun's 2 processes
+    with pytest.raises(configurator.UserError) as error:
+        train.main(tiny + argv)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_out_dir_that_cannot_be_a_folder_is_one_line(tiny, tmp_path):
+    """A file, or a folder inside a file, as --out_dir: a user's mistake, not a traceback."""
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    for out in (tmp_path / "notes.txt", tmp_path / "notes.txt" / "sub"):
+        with pytest.raises(configurator.UserError) as error:
+            train.main(tiny + [f"--out_dir={out}", "--max_iters=1"])
+        assert f"--out_dir={out}" in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("text,message", [
+    (None, "no preset file {} (presets live in config/)"),
+    ("import os\n", "{}:1: presets hold only `key = value` lines"),
+    ("n_layer = os.cpu_count()\n", "{}: a line is not `key = literal` (ValueError)"),
+    ("n_layer = \n", "{}: a line is not `key = literal` (SyntaxError)"),
+    ("# for compare.py, not train.py\n# more\nmodes = 'vanilla'\n",
+     "{}: unknown setting modes (for compare.py, not train.py)"),
+    ("bogus = 1\n", "{}: unknown setting bogus (--help lists them)"),
+    ("n_layer = 4.0\n", "--n_layer=4.0: must be int, like 4")])
+def test_a_bad_preset_is_one_line(text, message, tmp_path):
+    preset = tmp_path / "preset.py"
+    if text is not None:
+        preset.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        parse([preset])
+    assert str(error.value) == message.format(preset)
+
+
+def test_presets_then_overrides_each_value_as_its_settings_type(tmp_path):
+    first, second = tmp_path / "first.py", tmp_path / "second.py"
+    first.write_text("# a preset\nn_layer = 8\ndropout = 0.5\nvalue_mode = 'svformer'  # too\n")
+    second.write_text("n_layer = 3\n")
+    cfg = parse(["--dropout=0.25", first, second, "--learning_rate=1", "--compile"])
+    assert (cfg.n_layer, cfg.dropout, cfg.value_mode, cfg.learning_rate, cfg.compile) == (
+        3, 0.25, "svformer", 1.0, True)
+    assert type(cfg.learning_rate) is float and parse(["--compile=FALSE"]).compile is False
+    assert parse(["--value_mode=1e3"]).value_mode == "1e3"  # text stays text
+    with pytest.raises(ConfigError, match="demo.py: unknown setting .*python compare.py config/"):
+        parse([os.path.join(ROOT, "config", "demo.py")])  # a compare.py preset says so
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_lists_every_setting_with_the_value_the_command_would_use(flag, capsys):
+    argv = [os.path.join(ROOT, "config", "gpt2_124m.py"), "--n_layer=6"]
+    with pytest.raises(SystemExit) as stopped:
+        parse(argv + [flag])
+    printed = capsys.readouterr().out
+    assert stopped.value.code == 0 and printed.startswith(f"usage: {train.USAGE}")
+    flat, cfg = "".join(printed.split()), parse(argv)  # argparse wraps lines where it likes
+    assert (cfg.n_layer, cfg.n_embd) == (6, 768)
+    for key, (default, meaning, *_) in train.SETTINGS.items():
+        assert f"--{key} " in printed and "".join(f"{meaning} ({getattr(cfg, key)})".split()) in \
+            flat, key
+
+
+def test_a_field_added_to_gptconfig_becomes_a_setting_of_train_py(monkeypatch):
+    """Every GPTConfig field but vocab_size (the data's) is a setting; train.py, loaded with a
+    GPTConfig of one more field, has that field as a setting at its default."""
+    fields = {f.name for f in dataclasses.fields(model.GPTConfig)}
+    assert fields - {"vocab_size"} <= set(train.SETTINGS) and "vocab_size" not in train.SETTINGS
+
+    @dataclasses.dataclass
+    class WithRope(model.GPTConfig):
+        rope_base: float = 10000.0
+
+    monkeypatch.setattr(model, "GPTConfig", WithRope)
+    try:
+        importlib.reload(train)
+        assert train.SETTINGS["rope_base"][0] == 10000.0
+        assert parse(["--rope_base=500"]).rope_base == 500.0
+    finally:
+        monkeypatch.undo()
+        importlib.reload(train)
+    assert "rope_base" not in train.SETTINGS
+
+
+def test_the_start_line_notes_a_run_that_sees_its_tokens_more_than_once(tiny, plays,
+                                                                         monkeypatch, capsys):
+    """The note appears exactly when max_iters x tokens a step exceeds the training split's
+    tokens: a run of the plays (stopped at its first step), then start_run at the boundary."""
+    train_tokens, cfg = data.load_meta(plays)["train_tokens"], parse(TINY)
+    step = cfg.batch_size * cfg.block_size
+    many = train_tokens // step + 1  # steps that take a few tokens more than the split
+    monkeypatch.setattr(train, "training_step", raising(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt, match="no checkpoint yet"):
+        train.main(tiny + [f"--max_iters={many}"])
+    assert (f"\nnote: {many:,} steps take {many * step / train_tokens:.1f} times the "
+            f"{train_tokens:,} training tokens: the run sees them more than once\n") in \
+        capsys.readouterr().out
+    record = dict(tokens_per_step=step, num_params=1000, device="cpu", dtype="float32")
+    for steps, noted in [(10, False), (11, True)]:  # a split of 10 steps' tokens
+        train.start_run(parse(tiny + [f"--max_iters={steps}"]), None, record, 10 * step)
+        assert ("the run sees them more than once" in capsys.readouterr().out) == noted
+
+
+# ---- MFU and the schedule ----
+
+def test_mfu_is_shown_only_where_the_device_has_a_known_peak(tiny, tmp_path, monkeypatch,
+                                                             capsys):
+    """On the CPU peak_flops is None: no MFU. Given a peak (as for a known GPU), each step line
+    shows its MFU, the model's FLOPs at the measured speed over the peak, as the log records."""
+    argv = tiny + ["--max_iters=5", "--eval_interval=5", "--log_interval=1"]
+    train.main(argv)
+    assert "MFU" not in capsys.readouterr().out
+    assert all(e["mfu"] is None for e in read_log(tmp_path / "out") if e["kind"] == "train")
+    monkeypatch.setattr(data, "peak_flops", lambda device, dtype: 1e9)
+    train.main(argv + [f"--out_dir={tmp_path / 'peak'}"])
+    printed, ckpt = capsys.readouterr().out, load(tmp_path / "peak")
+    steps = [e for e in read_log(tmp_path / "peak") if e["kind"] == "train"]
+    assert len(steps) == 5
+    for e in steps:
+        assert e["mfu"] == pytest.approx(ckpt["flops_per_token"] * ckpt["tokens_per_step"] /
+                                         (e["ms_per_step"] / 1000) / 1e9)
+        assert f"iter {e['iter']}/5: " in printed and f", MFU {100 * e['mfu']:.1f}%\n" in printed
+
+
+def test_the_lr_warms_up_then_follows_a_cosine_down_to_min_lr():
+    cfg = SimpleNamespace(learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110,
+                          max_iters=200)
+    lrs = [train.get_lr(it, cfg) for it in range(200)]
+    assert lrs[:10] == pytest.approx([(it + 1) / 11 for it in range(10)])  # linear, up
+    assert lrs[10] == pytest.approx(1.0) and lrs[60] == pytest.approx(0.55)  # the cosine's middle
+    assert all(a > b for a, b in zip(lrs[10:110], lrs[11:111])) and lrs[110:] == [0.1] * 90
+    # lr_decay_iters 0: the cosine ends at max_iters
+    to_max = SimpleNamespace(**{**vars(cfg), "lr_decay_iters": 0, "max_iters": 110})
+    assert [train.get_lr(it, to_max) for it in range(111)] == lrs[:111]
+    # A warmup that would fill the run (or more) is cut to a tenth of it.
+    for warmup in (20, 100):
+        short = SimpleNamespace(**{**vars(to_max), "warmup_iters": warmup, "max_iters": 20})
+        lrs = [train.get_lr(it, short) for it in range(21)]
+        assert lrs[:3] == pytest.approx([1 / 3, 2 / 3, 1.0]) and lrs[20] == 0.1
 
 
 # ---- the batches ----
 
-def test_batches_draw_windows_from_every_shard_in_proportion_to_its_windows():
-    """Random windows over all shards: each of a shard's len - block_size - 1 windows is drawn,
-    shards in proportion to their windows, never one shorter than block_size + 2 (a shard of
-    exactly that many has one window), and each row is one window of one shard."""
-    B, T = 8, 4
-    lengths = [T + 1, 60, 200, T + 2, 30]
-    shards = [np.arange(1000 * s, 1000 * s + n, dtype=np.uint16) for s, n in enumerate(lengths)]
-    windows = [max(n - T - 1, 0) for n in lengths]  # 0, 55, 195, 1, 25
-    batches = data.Batches(shards, B, T, seed=0, split="train")
-    starts, draws = collections.defaultdict(collections.Counter), 2000
-    for _ in range(draws):
+def test_batches_draw_every_window_of_every_shard_and_a_split_too_short_is_one_line():
+    """Rows are windows of one shard (never across two, none past a shard's end): a shard of n
+    tokens has n - block_size - 1 of them; a reset draws the same batches again."""
+    T = 4
+    shards = [np.arange(1000 * s, 1000 * s + n, dtype=np.uint16)
+              for s, n in enumerate([T + 1, 30, T + 2, 12])]
+    batches = data.Batches(shards, 8, T, seed=0, split="train")
+    starts = collections.defaultdict(set)  # shard: the starts of the windows drawn from it
+    for _ in range(300):
         x, y = batches.next()
-        assert x.shape == y.shape == (B, T) and x.dtype == torch.int64
-        for row_x, row_y in zip(x, y):
-            shard, start = divmod(int(row_x[0]), 1000)
-            assert torch.equal(row_x, torch.arange(int(row_x[0]), int(row_x[0]) + T))
-            assert torch.equal(row_y, row_x + 1)  # the next tokens, of the same shard
-            starts[shard][start] += 1
-    for s, w in enumerate(windows):
-        assert sorted(starts[s]) == list(range(w))  # every window, none past the shard's end
-        n, p = draws * B, w / sum(windows)
-        assert abs(sum(starts[s].values()) - n * p) <= 5 * (n * p * (1 - p)) ** 0.5 + 1e-9
-    batches.reset()  # the fixed windows of the loss estimates: the same after every reset
+        assert x.shape == (8, T) and x.dtype == torch.int64
+        assert torch.equal(x - x[:, :1], torch.arange(T).expand(8, T)) and torch.equal(y, x + 1)
+        for first in x[:, 0].tolist():
+            starts[first // 1000].add(first % 1000)
+    assert starts == {1: set(range(25)), 2: {0}, 3: set(range(7))}
+    batches.reset()
     first = batches.next()
     batches.reset()
     assert all(torch.equal(a, b) for a, b in zip(first, batches.next()))
-
-
-def test_one_shard_gives_the_old_single_shard_windows():
-    """With one shard, a batch is torch.randint(len - block_size - 1) starts from the seeded
-    generator, as the single-shard reader always drew them (so old runs replay)."""
-    B, T, seed = 5, 16, 1337
-    tokens = (np.arange(3000) * 7919 % 257).astype(np.uint16)
-    batches = data.Batches([tokens], B, T, seed=seed, split="train")
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(20):
-        ix = torch.randint(len(tokens) - T - 1, (B,), generator=generator)
-        rows = torch.stack([torch.from_numpy(tokens[i:i + T + 1].astype(np.int64)) for i in ix])
-        x, y = batches.next()
-        assert torch.equal(x, rows[:, :-1]) and torch.equal(y, rows[:, 1:])
-
-
-def test_a_split_without_a_window_is_a_data_error_naming_it():
-    """Every shard shorter than block_size + 2: the split, its longest shard's real size and a
-    block_size that does fit (it does); with 2 tokens or fewer no block_size fits."""
-    shards = [np.arange(n, dtype=np.uint16) for n in (17, 10, 12)]
     with pytest.raises(data.DataError) as error:
-        data.Batches(shards, 8, 16, seed=0, split="val")
+        data.Batches([np.arange(17, dtype=np.uint16)], 8, 16, seed=0, split="val")
     assert str(error.value) == ("the val split's longest shard has 17 tokens, fewer than one "
-                                "window needs (block_size 16 + 2): use --block_size=15 or less, "
+                                "window needs (block_size 16 + 2): use a smaller --block_size, "
                                 "or prepare more text")
-    data.Batches(shards, 8, 15, seed=0, split="val")
-    with pytest.raises(data.DataError, match=r"has 2 tokens, fewer than one window needs "
-                                             r"\(block_size 16 \+ 2\): prepare more text$"):
-        data.Batches([np.arange(2, dtype=np.uint16)], 8, 16, seed=0, split="train")
 
 
-# ---- settings ----
-
-def test_missing_data_names_the_prepare_command(tmp_path):
-    """data.py's one line for a missing dataset, with the command that makes one."""
-    missing = str(tmp_path / "plays_gpt2")
-    with pytest.raises(data.DataError) as error:
-        train.train(tiny_cfg(missing, tmp_path / "out"))
-    assert str(error.value) == (f"no train shards in {missing}: make them with python "
-                                f"prepare.py (its --help says how), or name another --dataset")
-
-
-@pytest.mark.parametrize("arg,message", [
-    ("--n_layers=4", "error: unrecognized arguments: --n_layers=4"),
-    ("--n_layer=4.5", "error: --n_layer=4.5: must be int, like 4"),
-    ("--value_mode=resformr", "error: value_mode must be one of vanilla, resformer,")])
-def test_bad_overrides_exit_with_one_line(arg, message, monkeypatch, capsys):
-    """`python train.py ARG`, in-process: run_main exits with one line, nothing on stdout."""
-    monkeypatch.setattr(sys, "argv", ["train.py", arg])
-    with pytest.raises(SystemExit) as stopped:
-        configurator.run_main(train.main)
-    assert stopped.value.code.startswith(message) and "\n" not in stopped.value.code
-    assert capsys.readouterr().out == ""
-
-
-def test_quickstart_preset_is_the_defaults():
-    preset = configurator.read_preset(os.path.join(HERE, "config", "quickstart.py"))
-    assert preset and all(train.SETTINGS[k][0] == v for k, v in preset.items())
-    # every key known, typed
-    gpt2 = configurator.parse_args(train.SETTINGS, [os.path.join(HERE, "config",
-                                                                    "gpt2_124m.py")], "")
-    assert gpt2.batch_size * gpt2.block_size * gpt2.gradient_accumulation_steps == 2 ** 19
-    with pytest.raises(ConfigError):
-        configurator.parse_args(train.SETTINGS, ["--max_iters=many"], "")
-
-
-def test_lr_schedule():
-    cfg = configurator.defaults(train.SETTINGS, learning_rate=1.0, min_lr=0.1, warmup_iters=10,
-                                lr_decay_iters=110)
-    lrs = [train.get_lr(it, cfg) for it in range(130)]
-    assert lrs[0] < lrs[5] < lrs[9] < 1.0 and lrs[10] == pytest.approx(1.0)
-    assert lrs[60] == pytest.approx(0.55) and lrs[110] == pytest.approx(0.1) and lrs[129] == 0.1
-    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
-
-
-# ---- torchrun (gloo, 2 CPU processes) ----
+# ---- torchrun: 2 processes, gloo on the CPU ----
 
 def torchrun(*args):
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-            *args]
-
-
-def kill_launch(launcher):
-    """SIGKILL torchrun and its processes (each worker is a child of the launcher)."""
+    """The stdout of `torchrun --standalone --nproc_per_node=2 train.py ARGS`, which must exit
+    0; on a timeout the launcher and its processes are killed (they are their own session)."""
+    launch = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                               "--nproc_per_node=2", "train.py", *args], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
     try:
-        with open(f"/proc/{launcher.pid}/task/{launcher.pid}/children") as f:
-            workers = [int(pid) for pid in f.read().split()]
-    except OSError:
-        workers = []
-    for pid in workers + [launcher.pid]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    launcher.wait()
-
-
-def run_torchrun(*args, timeout=120):
-    """(returncode, stdout, stderr) of a 2-process launch; a timeout leaves nothing behind."""
-    launcher = subprocess.Popen(torchrun(*args), cwd=HERE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-    try:
-        stdout, stderr = launcher.communicate(timeout=timeout)
+        stdout, stderr = launch.communicate(timeout=180)
     except subprocess.TimeoutExpired:
-        kill_launch(launcher)
+        os.killpg(launch.pid, signal.SIGKILL)
+        launch.communicate()
         raise
-    return launcher.returncode, stdout, stderr
+    assert launch.returncode == 0, stderr[:3000] + "\n...\n" + stderr[-1500:]
+    return stdout
 
 
-RECORDING = """\
-import os, sys, torch
-sys.path.insert(0, {here!r})
-import configurator, train
-drawn, real_next = [], train.data.Batches.next
-def recording_next(self):  # training batches only, not the loss estimates' fixed ones
-    x, y = real_next(self)
-    if self.seed != train.EVAL_SEED:
-        drawn.append(x)
-    return x, y
-train.data.Batches.next = recording_next
-summary = train.train(configurator.defaults(train.SETTINGS, **eval(sys.argv[1])))
-torch.save({{"drawn": drawn, "model": summary["model"].state_dict()}},
-           sys.argv[2] + os.environ["RANK"] + ".pt")
-"""
-
-
-def run_recorded(tmp_path, cfg, name):
-    """train.train(cfg) under torchrun; (stdout, per process: the training batches it drew and
-    its final weights)."""
-    script = tmp_path / "recording.py"
-    script.write_text(RECORDING.format(here=HERE))
-    returncode, stdout, stderr = run_torchrun(str(script), repr(vars(cfg)), str(tmp_path / name))
-    # Where a process died shows at the start of stderr; the launcher's report fills the end.
-    assert returncode == 0, stderr[:3000] + "\n...\n" + stderr[-1500:]
-    return stdout, [torch.load(tmp_path / f"{name}{r}.pt") for r in range(2)]
-
-
-TORCHRUN = dict(max_iters=30, lr_decay_iters=30, eval_interval=5, dropout=0.1,
-                value_mode="resformer", gradient_accumulation_steps=2)  # 1 micro-step each
-
-
-@pytest.fixture(scope="module")
-def torchrun_straight(data_dir, tmp_path_factory):
-    """30 steps on 2 processes, never stopped: (out_dir, stdout, what each process recorded)."""
-    tmp = tmp_path_factory.mktemp("torchrun")
-    cfg = tiny_cfg(data_dir, tmp / "straight", **TORCHRUN)
-    stdout, ranks = run_recorded(tmp, cfg, "straight")
-    return tmp / "straight", stdout, ranks
-
-
-def test_torchrun_two_processes_gloo(torchrun_straight, tmp_path):
-    """2 CPU processes: the same weights in both after training, one log, one checkpoint of both
-    processes' states, written by rank 0 alone; resuming it in 1 process is a one-line error."""
-    out, stdout, ranks = torchrun_straight
-    weights = [r["model"] for r in ranks]
-    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
-    saved = load(out)
-    assert all(torch.equal(weights[0][k], saved["model"][k]) for k in weights[0])
-    assert len(saved["rank_states"]) == 2 and sorted(os.listdir(out)) == [
-        "ckpt.pt", "log.jsonl"]
-    assert [i for i, _ in train_losses(out)] == list(range(1, 31))  # once, not once per process
-    assert stdout.count("step 30: train loss") == 1  # only rank 0 prints
-    assert "256 tokens/step (8 x 16 x 1 micro-step x 2 processes)" in stdout
-    assert not torch.equal(ranks[0]["drawn"][0], ranks[1]["drawn"][0])  # each its own batches
-    one = tmp_path / "one"
-    shutil.copytree(out, one)
-    with pytest.raises(ConfigError, match=r"ckpt.pt was written by 2 process\(es\): resume it with "
-                                          r"as many \(torchrun --nproc_per_node\)"):
-        train.main([f"--out_dir={one}", "--resume", "--max_iters=40"])
-
-
-def test_torchrun_ctrl_c_then_resume_equals_uninterrupted_run(data_dir, torchrun_straight,
-                                                              tmp_path):
-    """Ctrl-C in a terminal (SIGINT to the launch's process group) after the first checkpoint:
-    nothing hangs, the checkpoint is whole; --resume under torchrun ends bitwise on the losses and
-    weights of the straight run, each process continuing its own batch stream and dropout."""
-    straight, _, straight_ranks = torchrun_straight
-    out = tmp_path / "stopped"
-    cfg = tiny_cfg(data_dir, out, **{**TORCHRUN, "max_iters": 100_000})  # runs until stopped
-    launcher = subprocess.Popen(torchrun("train.py", *as_args(cfg)), cwd=HERE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True, preexec_fn=default_sigint)
-    try:
-        deadline = time.time() + 60
-        while not (out / "ckpt.pt").exists():
-            assert launcher.poll() is None and time.time() < deadline, launcher.communicate()
-            time.sleep(0.02)
-        os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl-C does: the terminal's process group
-        _, stderr = launcher.communicate(timeout=60)  # torchrun SIGKILLs a hung process at 30 s
-    finally:
-        if launcher.poll() is None:
-            kill_launch(launcher)
-    assert launcher.returncode != 0 and "forcefully exiting" not in stderr, stderr[-3000:]
-    stop = load(out)["iter_num"]
-    assert stop % 5 == 0 and 5 <= stop < 30, stop
-    said = [line for line in stderr.splitlines() if line.startswith("Ctrl-C: ")]
-    assert said == [f"Ctrl-C: stopped; {out}/ckpt.pt (step {stop}) is kept: go on with python "
-                    f"train.py --resume --out_dir={out}"], stderr[-3000:]  # rank 0's only
-
-    stdout, ranks = run_recorded(tmp_path, changed(cfg, max_iters=30, resume=True), "resumed")
-    assert f"resuming {out} at step {stop}" in stdout
-    log = read_log(out)
-    resumed = [i for i, r in enumerate(log) if r["kind"] == "config"][-1]
-    assert [(r["iter"], r["loss"]) for r in log[resumed:] if r["kind"] == "train"] == \
-        train_losses(straight)[stop:]  # bitwise
-    for r in range(2):  # each process continued its own stream where the straight run had it
-        assert len(ranks[r]["drawn"]) == 30 - stop
-        assert all(torch.equal(a, b) for a, b in zip(ranks[r]["drawn"],
-                                                     straight_ranks[r]["drawn"][stop:]))
-    a, b = load(straight), load(out)
-    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
-
-
-def test_torchrun_accumulation_that_does_not_divide_is_a_one_line_error(data_dir, tmp_path):
-    """An explicit gradient_accumulation_steps is the total over the processes (the runs above
-    give 2: one each); 3 cannot be shared by 2. Every process meets the mistake, rank 0 alone
-    says it: one line, never two interleaved (which made this test fail 1 run in 3)."""
-    returncode, stdout, stderr = run_torchrun("train.py", f"--dataset={data_dir}",
-                                              f"--out_dir={tmp_path / 'out'}", "--device=cpu",
-                                              "--gradient_accumulation_steps=3")
-    assert returncode != 0 and "Traceback" not in stdout
-    errors = [line for line in stderr.splitlines() if "error: " in line]
-    assert errors == ["error: --gradient_accumulation_steps=3 is the total over all processes: "
-                      "it must divide by their number (2); 0 is one micro-step per process"]
-    assert not (tmp_path / "out").exists()
-
-
-def test_batches_reach_a_gpu_from_pinned_memory_the_same_tokens(monkeypatch):
-    """On CUDA the batch is copied from pinned memory without blocking (nanoGPT's way); the
-    tokens are those the CPU run draws, bit for bit. (No GPU here: pin_memory and the copy are
-    stand-ins that record their calls.)"""
-    shards = [np.arange(1000, dtype=np.uint16) % 97]
-    on_cpu = data.Batches(shards, 4, 8, 5, "train")
-    calls = []
-    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append("pin") or self)
-    real_to = torch.Tensor.to
-    monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: calls.append((a, k)) or (
-        self if a[:1] == ("cuda:0",) else real_to(self, *a, **k)))
-    on_gpu = data.Batches(shards, 4, 8, 5, "train", device="cuda:0")
-    for _ in range(3):
-        assert all(torch.equal(a, b) for a, b in zip(on_cpu.next(), on_gpu.next()))
-    assert calls.count("pin") == 3
-    assert calls.count((("cuda:0",), {"non_blocking": True})) == 3
+@pytest.mark.skipif(not dist.is_available(), reason="needs torch.distributed")
+def test_torchrun_two_processes_log_once_and_their_checkpoint_resumes_with_two(tiny, tmp_path):
+    """4 steps of 2 processes (one micro-step each): one log and one checkpoint, written by rank
+    0, holding both processes' own batch streams; 1 process cannot resume it, 2 do."""
+    out = tmp_path / "out"
+    stdout = torchrun(*tiny, "--max_iters=4", "--eval_interval=2", "--log_interval=1",
+                      "--gradient_accumulation_steps=2")
+    cfg = parse(TINY)
+    assert (f"{2 * cfg.batch_size * cfg.block_size} tokens a step ({cfg.batch_size} x "
+            f"{cfg.block_size} a micro-step, 2 of them)") in stdout
+    assert stdout.count("step 4: train loss") == 1  # rank 0 alone prints
+    ckpt = load(out)
+    assert ckpt["world"] == 2 and len(ckpt["rank_states"]) == 2
+    generators = [state["data"]["generator"] for state in ckpt["rank_states"]]
+    assert not torch.equal(*generators)  # each process draws its own batches
+    assert [e["iter"] for e in read_log(out) if e["kind"] == "train"] == [1, 2, 3, 4]
+    assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
+    with pytest.raises(ConfigError, match=r"written by 2 process\(es\): resume it with as many"):
+        train.main([f"--out_dir={out}", "--resume", "--max_iters=6"])
+    stdout = torchrun(f"--out_dir={out}", "--resume", "--max_iters=6")
+    assert stdout.startswith(f"resuming {out} at step 4: ")
+    assert [e["iter"] for e in read_log(out) if e["kind"] == "train"] == [1, 2, 3, 4, 5, 6]
+    assert load(out)["iter_num"] == 6
