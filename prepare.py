@@ -78,10 +78,10 @@ def write_dataset(out_dir, splits, tok, cfg, documents):
     """The shards and meta.json into a new folder, renamed to out_dir once whole; a dataset that
     was there is renamed aside first and deleted last."""
     os.makedirs(cfg.out_root, exist_ok=True)
-    name, aside = os.path.basename(out_dir), None
-    new = tempfile.mkdtemp(prefix=f".{name}.new-", dir=cfg.out_root)
-    os.chmod(new, 0o755)  # (mkdtemp's folder is its owner's alone)
+    name, aside, new = os.path.basename(out_dir), None, None
     try:
+        new = tempfile.mkdtemp(prefix=f".{name}.new-", dir=cfg.out_root)
+        os.chmod(new, 0o755)  # (mkdtemp's folder is its owner's alone)
         meta = {"name": name, "tokenizer": tok.name, "vocab_size": tok.vocab_size,
                 "eot": tok.eot, "documents": documents, "val_fraction": cfg.val_fraction,
                 "seed": cfg.seed, "shards": []}
@@ -104,7 +104,9 @@ def write_dataset(out_dir, splits, tok, cfg, documents):
     except BaseException:
         if aside and not os.path.exists(out_dir):  # the old one back where it was
             os.replace(os.path.join(aside, name), out_dir)
-        shutil.rmtree(new, ignore_errors=True)
+        for folder in (new, aside):  # (aside is empty by now)
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
         raise
     if aside:
         shutil.rmtree(aside)
