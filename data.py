@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -151,10 +152,9 @@ class Batches:
         self.windows = [max(len(s) - self.T - 1, 0) for s in shards]
         self.ends = list(itertools.accumulate(self.windows))
         if self.ends[-1] < 1:
-            longest = max(len(s) for s in shards)
-            raise DataError(f"the {split} split's longest shard has {plural(longest, 'token')}, "
-                            f"fewer than one window needs (block_size {self.T} + 2): use a "
-                            f"smaller --block_size, or prepare more text")
+            raise DataError(f"the {split} split's longest shard has "
+                            f"{plural(max(map(len, shards)), 'token')}, fewer than a window needs "
+                            f"(block_size {self.T} + 2): use a smaller --block_size, or more text")
 
     def next(self):
         rows = []
@@ -203,7 +203,8 @@ def setup_device(device="auto", dtype="auto"):
 def peak_flops(device, dtype):
     """A GPU's 16-bit peak FLOP/s, by its name; None on a CPU, in float32 or for another card."""
     card = torch.cuda.get_device_name(device) if device.startswith("cuda") else ""
-    return next((f for name, f in PEAK_FLOPS.items() if name in card and dtype != "float32"), None)
+    return next((f for name, f in PEAK_FLOPS.items() if dtype != "float32" and re.search(
+        rf"(?<!\w){re.escape(name)}(?!\w)", card)), None)  # whole words: an "L40" is no "L4"
 
 
 def join_processes(device, world):

@@ -1,125 +1,497 @@
-"""The GPU path of config/gpt2_124m.py (torch.compile, bfloat16), exercised on the CPU: a tiny
-model trained under bfloat16 autocast and with torch.compile (CPU inductor, which needs a C
-compiler), resumed from its checkpoint and sampled from. About a minute, most of it compiling.
-Run: pytest -q test_gpu_path.py"""
+"""The GPU path without a GPU (issue 64): lab.evaluate's chunked whole-split loss, lab.memory's
+batches that fit, lab.fineweb's download, the GPU presets' numbers, MFU and peak memory, what each
+device gets, bench.py and its --gpu_check, each on the CPU at a tiny size, with mocks where a
+card's memory or name matters. The one slow test runs the GPU check's commands (about 30 s)."""
+import ast
+import contextlib
 import io
 import json
 import os
-import subprocess
 import sys
+import time
+import urllib.request
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
+import bench
+import compare
 import configurator
-import prepare
-import sample
+import data
 import train
-from data import load_checkpoint
+from lab import evaluate, fineweb, gpu_check, memory
+from lab.analysis import LOGIT_TOLERANCE
+from lab.grid import parse_modes
+from model import GPT, VALUE_MODES, GPTConfig
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
-TEXT = "".join(f"KING {i % 7}:\nWhat say you, my lord, of the {i % 13} ships upon the sea?\n\n"
-               for i in range(400))
-# the preset, shrunk to a tiny model: its compile=True, bias=True, accumulation and schedule stay
-GPT2_TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4",
-             "--gradient_accumulation_steps=2", "--lr_decay_iters=8", "--warmup_iters=2",
-             "--eval_interval=4", "--eval_iters=2", "--log_interval=1", "--device=cpu",
-             "--dtype=bfloat16"]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    docs = [TEXT[i:i + 2000] for i in range(0, len(TEXT), 2000)]
-    return prepare.prepare(configurator.defaults(
-        prepare.SETTINGS, name="tiny_byte", out_root=str(tmp_path_factory.mktemp("data")),
-        quiet=True), documents=docs)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPU_CLASS, GPT2 = (os.path.join(ROOT, "config", f"{n}.py") for n in ("gpu_class", "gpt2_124m"))
+SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "batch_size": 4}
+PEAK = 1e10  # A made-up peak FLOP/s: with it the CPU's step line shows an MFU.
 
 
 @pytest.fixture(scope="module")
-def inductor():
-    """Skips where torch.compile cannot build CPU kernels (no C compiler, unsupported platform)."""
-    try:
-        torch.compile(lambda x: x * 2 + 1)(torch.ones(4))
-    except Exception as e:  # inductor raises its own types, wrapped by dynamo
-        pytest.skip(f"torch.compile does not work here ({type(e).__name__}: "
-                    f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})")
+def run(tmp_path_factory):
+    """config/gpu_class.py's training settings at a tiny shape, 4 steps on 800 random GPT-2
+    ids (a padded vocabulary of 50,304), data.peak_flops saying PEAK, and train.py's clock
+    saying the first step took 1,000 s (as compiling does, a little): (out_dir, what it printed)."""
+    root = tmp_path_factory.mktemp("gpu_class")
+    dataset = gpu_check.synthetic_dataset(str(root / "data"), 800)
+    settings = {k: v for k, v in configurator.read_preset(GPU_CLASS).items() if k in train.SETTINGS}
+    settings.update(SHAPE, dataset=dataset, out_dir=str(root / "run"), max_iters=4,
+                    eval_interval=2, eval_iters=2, log_interval=2, compile=False, device="cpu")
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
+        mp.setattr(data, "peak_flops", lambda device, dtype: PEAK)
+        compiled, step = [0.0], train.training_step
+        mp.setattr(train, "time", SimpleNamespace(time=lambda: time.time() + compiled[0]))
+        mp.setattr(train, "training_step", lambda *a: compiled.__setitem__(0, 1e3) or step(*a))
+        train.main([f"--{k}={v}" for k, v in settings.items()])
+    return settings["out_dir"], printed.getvalue()
 
 
-def train_losses(out_dir):
+def log_of(out_dir):
     with open(os.path.join(out_dir, "log.jsonl")) as f:
-        return [(r["iter"], r["loss"]) for r in map(json.loads, f) if r["kind"] == "train"]
+        return [json.loads(line) for line in f]
 
 
-def sample_from(out_dir, dtype):
-    """(text, report, result) of greedy sample.py, cached, under dtype."""
-    out, err = io.StringIO(), io.StringIO()
-    cfg = configurator.parse_args(sample.SETTINGS, [
-        f"--out_dir={out_dir}", "--device=cpu", f"--dtype={dtype}", "--start=KING",
-        "--num_samples=1", "--max_new_tokens=24", "--temperature=0"], "sample.py")
-    result = sample.sample(cfg, out, err)
-    return out.getvalue(), err.getvalue(), result
+# ---- lab.evaluate: every token of the split once, LOGITS_AT_ONCE logits at a time ----
+
+def test_split_loss_in_chunks_is_the_cross_entropy_of_every_window_once(monkeypatch):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=64)).eval()
+    rng = np.random.default_rng(0)
+    shards = [rng.integers(0, 64, n).astype(np.uint16) for n in (100, 37, 17, 2)]
+    rows = []
+    model.lm_head.register_forward_hook(lambda module, args, out: rows.append(len(out)))
+    by_hand, tokens = 0.0, 0
+    with torch.no_grad():
+        for t in shards:
+            for s in range(0, len(t) - 1, 16):
+                w = torch.from_numpy(t[s:s + 17].astype(np.int64))[None]
+                by_hand += model(w[:, :-1], w[:, 1:])[1].item() * (w.size(1) - 1)
+                tokens += w.size(1) - 1
+    assert tokens == sum(len(t) - 1 for t in shards)  # Each shard's first token is no target.
+    results = {}
+    for at_once, batch in ((2**40, 100), (64 * 5, 3), (64 * 5, 1)):
+        monkeypatch.setattr(evaluate, "LOGITS_AT_ONCE", at_once)
+        rows.clear()
+        results[at_once, batch] = evaluate.split_loss(model, shards, batch,
+                                                      contextlib.nullcontext())
+        assert sum(rows) == tokens and max(rows) <= at_once // 64
+    assert max(rows) == 5 and len(rows) > 2 * len(shards)  # Each batch ran in chunks.
+    for loss, n in results.values():
+        assert n == tokens and loss == pytest.approx(by_hand / tokens, abs=1e-6)
 
 
-def test_bfloat16_run_resumes_exactly_and_samples_with_a_bfloat16_cache(data_dir, tmp_path,
-                                                                        capsys):
-    """CPU autocast in bfloat16: weights and optimizer stay float32, a resumed run logs exactly
-    the straight run's losses, and sampling in bfloat16 keeps its KV cache in bfloat16."""
-    run = dict(dataset=data_dir, out_dir=str(tmp_path / "straight"),
-               n_layer=2, n_head=2, n_embd=32, block_size=16, batch_size=8, max_iters=12,
-               lr_decay_iters=12, warmup_iters=2, learning_rate=1e-2, min_lr=1e-3,
-               eval_interval=6, eval_iters=2, log_interval=1, device="cpu",
-               dtype="bfloat16", dropout=0.1)
-    summary = train.train(configurator.defaults(train.SETTINGS, **run))
-    assert summary["iter"] == 12 and summary["evals"][-1]["val_loss"] < 5.0  # it learns
-    half = dict(run, out_dir=str(tmp_path / "resumed"), max_iters=6)
-    train.train(configurator.defaults(train.SETTINGS, **half))
-    capsys.readouterr()
-    # as on the command line: only --max_iters given; the data, device and dtype come from the
-    # checkpoint
-    train.main([f"--out_dir={half['out_dir']}", "--resume", "--max_iters=12"])
-    shown = capsys.readouterr().out
-    assert " device=cpu dtype=bfloat16 " in shown and f" dataset={data_dir} " in shown
-    assert "128 tokens/step (8 x 16 x 1 micro-step x 1 process)" in shown
-    assert train_losses(tmp_path / "resumed") == train_losses(tmp_path / "straight")  # bitwise
-    ckpt = load_checkpoint(str(tmp_path / "resumed" / "ckpt.pt"))
-    assert all(v.dtype == torch.float32 for v in ckpt["model"].values() if v.is_floating_point())
-
-    text, report, bf16 = sample_from(run["out_dir"], "bfloat16")
-    _, _, fp32 = sample_from(run["out_dir"], "float32")
-    assert text.startswith("KING") and len(bf16["tokens"][0]) == 24
-    assert "cache on, cpu bfloat16: 24 tokens" in report
-    assert bf16["cache_bytes"] * 2 == fp32["cache_bytes"]  # the cache really is bfloat16
+def test_the_pass_at_gpt2s_vocabulary_never_holds_more_than_logits_at_once(monkeypatch):
+    """32 x 1,024 tokens a batch at 50,304 ids would be 6.1 GiB of logits at once: lm_head is
+    given at most LOGITS_AT_ONCE // 50,304 tokens at a time, every token once. (The logits and
+    their loss are stand-ins of the real shape: only the sizes matter here, not 32 GFLOPs.)"""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=1024, vocab_size=50304))
+    shard = np.random.default_rng(0).integers(0, 50257, 40_000).astype(np.uint16)
+    sizes = []
+    monkeypatch.setattr(model.lm_head, "forward", lambda h: h.new_empty(len(h), 50304))
+    model.lm_head.register_forward_hook(lambda module, args, out: sizes.append(out.shape))
+    monkeypatch.setattr(evaluate, "F", SimpleNamespace(
+        cross_entropy=lambda logits, targets, reduction: logits.new_zeros(())))
+    evaluate.split_loss(model, [shard], 32, contextlib.nullcontext())
+    assert max(rows * vocab for rows, vocab in sizes) <= evaluate.LOGITS_AT_ONCE
+    assert sum(rows for rows, _ in sizes) == 39_999 and len(sizes) > 32 * 1024 * 50304 // 2**25
 
 
-# inductor's own use of torch.jit, not ours
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
-def test_gpt2_preset_compiled_in_bfloat16_trains_resumes_and_samples(inductor, data_dir,
-                                                                     tmp_path, capsys):
-    """python train.py config/gpt2_124m.py, shrunk, on the CPU: compiled (inductor) and in
-    bfloat16, 4 steps, then --resume to 8 (compiled again); the checkpoint's keys are the
-    uncompiled model's, and it samples in bfloat16. The first run is in this process (the
-    inductor check warmed the compiler up), the resumed one a fresh `python train.py --resume`
-    (it finds the first one's kernels in inductor's on-disk cache)."""
-    out = tmp_path / "out"
-    preset = os.path.join(HERE, "config", "gpt2_124m.py")
-    train.main([preset, *GPT2_TINY, f"--dataset={data_dir}", f"--out_dir={out}",
-                "--max_iters=4"])
-    shown = capsys.readouterr().out
-    assert " device=cpu dtype=bfloat16 compile=True" in shown
-    assert "128 tokens/step (4 x 16 x 2 micro-steps x 1 process)" in shown
-    resumed = subprocess.run([sys.executable, "train.py", f"--out_dir={out}", "--resume",
-                              "--max_iters=8"], cwd=HERE, capture_output=True, text=True,
-                             timeout=300)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming {out} at step 4" in resumed.stdout
-    assert " device=cpu dtype=bfloat16 compile=True" in resumed.stdout
-    assert "128 tokens/step (4 x 16 x 2 micro-steps x 1 process)" in resumed.stdout
-    losses = train_losses(out)
-    assert [i for i, _ in losses] == list(range(1, 9)) and losses[-1][1] < losses[0][1]
+def test_evaluate_writes_one_final_entry_and_prints_the_loss(run, capsys):
+    """python -m lab.evaluate --out_dir=DIR, twice and with another --batch_size: one "final"
+    entry for the step, the rest of the log as train.py wrote it, the same loss to 1e-6."""
+    out_dir, _ = run
+    trained = [e for e in log_of(out_dir) if e["kind"] != "final"]
+    val = [s["tokens"] for s in data.load_meta(os.path.join(os.path.dirname(out_dir), "data"))[
+        "shards"] if s["split"] == "val"]
+    losses = []
+    for argv in ([], [], ["--batch_size=3"]):
+        evaluate.main([f"--out_dir={out_dir}", *argv])
+        log = log_of(out_dir)
+        assert log[:-1] == trained and log[-1]["kind"] == "final" and log[-1]["iter"] == 4
+        final = log[-1]
+        assert final["val_tokens"] == sum(val) - len(val)  # Each shard's first is no target.
+        printed = capsys.readouterr().out
+        assert printed.count("\n") == 1 and out_dir in printed and "step 4" in printed
+        assert f"({final['val_tokens']:,} tokens): {final['val_loss_full']:.4f}" in printed
+        losses.append(final["val_loss_full"])
+    assert losses[0] == losses[1] and losses[2] == pytest.approx(losses[0], abs=1e-6)
 
-    raw = torch.load(out / "ckpt.pt", weights_only=True)
-    assert raw["config"]["compile"] and raw["config"]["dtype"] == "bfloat16"
-    assert raw["iter_num"] == 8 and not any(k.startswith("_orig_mod.") for k in raw["model"])
-    text, report, result = sample_from(str(out), "bfloat16")
-    assert text.startswith("KING") and len(result["tokens"][0]) == 24
-    assert "cache on, cpu bfloat16: 24 tokens" in report
+
+# ---- lab.memory: the batch that fits a card ----
+
+def test_the_gpu_class_keeps_16_x_4_on_a_16_gb_card_in_vanilla_and_value_embed():
+    """Vanilla and value embeddings (the preset's largest variant: 116M parameters more) at the
+    preset's real size (weights left uninitialised: only their bytes count) fit a T4 at the
+    preset's batch, the estimate under HEADROOM of the card."""
+    cfg = configurator.parse_args(compare.SETTINGS, [GPU_CLASS], "")
+    free = memory.CARDS[16] * 2**30
+    variants = dict(parse_modes(cfg.modes))
+    for name in ("vanilla", "value_embed"):
+        overrides = variants[name]
+        with torch.device("meta"):
+            model = GPT(GPTConfig.from_dict({**vars(cfg), **overrides, "vocab_size": 50304}))
+        model.to_empty(device="cpu")
+        model.transformer.wte.weight = model.lm_head.weight  # to_empty untied them.
+        batch, accum, need, _ = memory.fit(model, cfg, free)
+        assert (batch, accum) == (16, 4) and need <= memory.HEADROOM * free, name
+
+
+def test_a_batch_too_big_is_halved_with_the_same_tokens_a_step_or_does_not_fit():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=64, vocab_size=320))
+    cfg = SimpleNamespace(batch_size=16, gradient_accumulation_steps=4, block_size=64)
+    fixed, per_token = memory.step_bytes(model, 64)
+    room_for_8 = (fixed + per_token * 8 * 64) / memory.HEADROOM + 1
+    batch, accum, need, _ = memory.fit(model, cfg, room_for_8)
+    assert (batch, accum) == (8, 8) and need <= memory.HEADROOM * room_for_8
+    assert memory.fit(model, cfg, 2**40)[:2] == (16, 4)
+    assert memory.fit(model, cfg, fixed / 2) is None  # Not even one sequence fits.
+
+
+def test_what_a_forward_keeps_once_is_counted_once():
+    """Under bfloat16 autocast a forward keeps the weights' 16-bit copies once, whatever the
+    batch: 2 sequences keep less than twice 1's, and step_bytes' estimate for 4 sequences is
+    what a forward of 4 really keeps (plus the weights' 16 bytes and the logits' 8 a token)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab_size=512))
+    fixed, per_token = memory.step_bytes(model, 64)
+    params = sum(p.numel() for p in model.parameters())
+    assert fixed > 16 * params  # Something is kept once.
+    kept = {}
+
+    def keep(t):  # It counts what the backward reads, each storage once, weights aside.
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes() * (
+            not isinstance(t, torch.nn.Parameter))
+        return t
+    x = torch.zeros(4, 64, dtype=torch.long)
+    with data.setup_device("cpu", "bfloat16")[2], \
+            torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        model(x, x)
+    estimate = fixed - 16 * params + (per_token - 8 * 512) * 4 * 64
+    assert estimate == pytest.approx(sum(kept.values()), rel=0.01)
+
+
+def test_python_m_lab_memory_prints_the_table_for_a_16_gb_card(tmp_path, capsys):
+    """The mechanics at a small width (the preset's batch, block and variants kept)."""
+    memory.main([GPU_CLASS, "--gpu_memory=16", "--n_layer=1", "--n_head=2", "--n_embd=16",
+                 f"--dataset={tmp_path / 'none'}"])
+    out = capsys.readouterr().out
+    assert "32,768 tokens a step as the preset asks (16 x 4 at block_size 512)" in out
+    assert "| variant | 16 GB |" in out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "GiB" in line]
+    assert len(rows) == 5 and all("| 16 x 4 (" in row for row in rows)
+
+
+# ---- lab.fineweb: the shards a preset reads, downloaded whole ----
+
+def test_shards_needed_by_each_preset():
+    assert fineweb.shards_needed(GPT2) == (99, 19073 * 524_288)  # 10B tokens: all 99.
+    assert fineweb.shards_needed(GPU_CLASS) == (1, 1500 * 32_768)
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """urllib.request.urlopen serving made-up llm.c shards (a Range request: its first bytes);
+    hub.lost names a file whose connection breaks half way."""
+    rng = np.random.default_rng(0)
+    hub = SimpleNamespace(files={}, asked=[], lost=None)
+    for name, n in (("finewebedu_val_000000.bin", 300), ("finewebedu_train_000001.bin", 500),
+                    ("finewebedu_train_000002.bin", 400)):
+        ids = rng.integers(0, 50257, n).astype("<u2")
+        hub.files[name] = (ids, np.array([20240520, 1, n] + [0] * 253, "<i4").tobytes()
+                           + ids.tobytes())
+
+    class Response(io.BytesIO):  # The connection to hub.lost ends after half its bytes.
+        def read(self, n=-1):
+            if self.name == hub.lost and self.tell():
+                raise ConnectionResetError("connection reset by peer")
+            return super().read(len(self.getvalue()) // 2 if self.name == hub.lost else n)
+
+    def urlopen(request, timeout):
+        name, asked = request.full_url.rpartition("/")[2], request.get_header("Range")
+        hub.asked.append((name, asked))
+        body = hub.files[name][1][:int(asked.rpartition("-")[2]) + 1 if asked else None]
+        response = Response(body)
+        response.name = name
+        return response
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(fineweb, "VAL_TOKENS", 100)
+    return hub
+
+
+def test_download_writes_the_shards_and_a_meta_json_that_is_a_dataset(hub, tmp_path, capsys):
+    out = tmp_path / "fineweb_edu_gpt2"
+    fineweb.download(str(out), 2)
+    assert [r for _, r in hub.asked] == [f"bytes=0-{1023 + 2 * 100}", None, None]
+    header = np.fromfile(out / "finewebedu_val_000000.bin", dtype="<i4", count=3)
+    assert header[2] == 100 and (out / "finewebedu_val_000000.bin").stat().st_size == 1024 + 200
+    shards, meta = data.load_dataset(str(out))
+    assert np.array_equal(shards["val"][0], hub.files["finewebedu_val_000000.bin"][0][:100])
+    assert [np.array_equal(s, hub.files[f"finewebedu_train_00000{i}.bin"][0])
+            for i, s in enumerate(shards["train"], 1)] == [True, True]
+    assert (meta["tokenizer"], meta["train_tokens"], meta["val_tokens"]) == ("gpt2", 900, 100)
+    assert data.padded_vocab(meta) == 50304
+    assert "next: python train.py --dataset=fineweb_edu_gpt2" in capsys.readouterr().out
+
+
+def test_a_lost_connection_keeps_the_files_before_it_and_the_same_command_goes_on(hub,
+                                                                                 tmp_path):
+    out, argv = tmp_path / "fw", [f"--out_dir={tmp_path / 'fw'}", "--train_shards=1"]
+    hub.lost = "finewebedu_train_000001.bin"
+    with contextlib.redirect_stdout(io.StringIO()), pytest.raises(data.DataError) as lost:
+        fineweb.main(argv)
+    assert "\n" not in str(lost.value)
+    assert str(lost.value).startswith("could not download finewebedu_train_000001.bin (")
+    assert "(connection reset by peer)" in str(lost.value)
+    assert str(lost.value).endswith("kept; run the same command again")
+    assert sorted(os.listdir(out)) == ["finewebedu_val_000000.bin"]  # No half file, no meta.json.
+    hub.lost, hub.asked = None, []
+    with contextlib.redirect_stdout(io.StringIO()):
+        fineweb.main(argv)
+    assert [name for name, _ in hub.asked] == ["finewebedu_train_000001.bin"]
+    assert data.load_meta(str(out))["train_tokens"] == 500
+
+
+# ---- the presets' numbers, MFU and peak memory ----
+
+def test_the_gpu_class_takes_32768_tokens_a_step_and_49m_a_run_from_one_shard(tmp_path,
+                                                                            capsys):
+    """1,500 steps of 16 x 512 x 4 tokens read 49M tokens: one 100M shard holds them (no note);
+    a smaller training split is seen more than once, and the start line says so."""
+    p = configurator.read_preset(GPU_CLASS)
+    assert p["batch_size"] * p["gradient_accumulation_steps"] * p["block_size"] == 32_768
+    cfg = configurator.parse_args(train.SETTINGS, [
+        f"--{k}={v}" for k, v in p.items() if k in train.SETTINGS] + [f"--out_dir={tmp_path}"], "")
+    record = dict(tokens_per_step=32_768, num_params=1, device="cuda", dtype="bfloat16")
+    train.start_run(cfg, None, record, 100_000_000)
+    assert "32,768 tokens a step (16 x 512 a micro-step, 4 of them)\n" in capsys.readouterr().out
+    train.start_run(cfg, None, record, 40_000_000)
+    assert ("note: 1,500 steps take 1.2 times the 40,000,000 training tokens: the run sees them "
+            "more than once") in capsys.readouterr().out
+
+
+def test_the_tiny_gpu_class_run_says_it_rereads_its_data_and_shows_mfu(run):
+    """The MFU of the steps after the first (on a GPU, compiling): of the training alone."""
+    out_dir, printed = run
+    assert "256 tokens a step (4 x 16 a micro-step, 4 of them)" in printed
+    assert ("note: 4 steps take 1.3 times the 800 training tokens: the run sees them more "
+            "than once") in printed
+    ckpt = data.load_checkpoint(os.path.join(out_dir, "ckpt.pt"))
+    steps = [e for e in log_of(out_dir) if e["kind"] == "train"]
+    assert [e["iter"] for e in steps] == [2, 4] and ckpt["peak_flops"] == PEAK
+    assert max(e["ms_per_step"] for e in steps) < 1e5  # Step 1's 1,000 s is not in.
+    for e in steps:
+        assert e["mfu"] == pytest.approx(ckpt["flops_per_token"] * ckpt["tokens_per_step"]
+                                         / (e["ms_per_step"] / 1000) / PEAK, rel=1e-6)
+        assert f"iter {e['iter']}/4: loss {e['loss']:.4f}" in printed
+        assert f"tok/s, MFU {100 * e['mfu']:.1f}%\n" in printed
+    assert not [e for e in log_of(out_dir) if e["kind"] == "memory"]  # A CPU has no peak.
+
+
+def test_a_gpu_run_ends_with_one_memory_entry(tmp_path, monkeypatch, capsys):
+    """train.finish on a run whose device is cuda (torch.cuda's peak mocked): one entry."""
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 3 * 2**29)
+    entry = {"iter": 8, "kind": "train", "loss": 2.0}
+    train.finish({"config": {"out_dir": str(tmp_path)}, "device": "cuda", "log": [entry]}, 8, True)
+    assert log_of(tmp_path) == [entry, {"iter": 8, "kind": "memory", "peak_gib": 1.5}]
+    assert capsys.readouterr().out.startswith(f"saved {tmp_path}/ckpt.pt (step 8)")
+
+
+@pytest.mark.parametrize("card,dtype,peak", [
+    ("NVIDIA H100 80GB HBM3", "bfloat16", "H100"), ("NVIDIA H100 NVL", "bfloat16", "H100 NVL"),
+    ("NVIDIA H100 PCIe", "float16", "H100 PCIe"), ("NVIDIA A100-SXM4-80GB", "bfloat16", "A100"),
+    ("NVIDIA A10", "bfloat16", "A10"), ("NVIDIA A10G", "bfloat16", "A10G"),
+    ("Tesla T4", "float16", "T4"), ("NVIDIA L40S", "bfloat16", "L40S"),
+    ("NVIDIA A100-SXM4-80GB", "float32", None), ("Some Future GPU", "bfloat16", None),
+])
+def test_the_peak_behind_mfu_is_found_by_the_cards_name(monkeypatch, card, dtype, peak):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: card)
+    assert data.peak_flops("cuda", dtype) == (peak and data.PEAK_FLOPS[peak])
+    assert data.peak_flops("cpu", "bfloat16") is None
+
+
+@pytest.mark.parametrize("card", ["NVIDIA L40", "NVIDIA RTX A1000", "NVIDIA T400"])
+def test_a_card_not_listed_gets_no_peak_though_a_listed_name_is_in_its_own(monkeypatch, card):
+    """peak_flops' docstring: None "for another card". An L40 is no L4, an RTX A1000 no A100, a
+    T400 no T4: a peak by substring gives them another card's MFU."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: card)
+    assert data.peak_flops("cuda", "bfloat16") is None
+
+
+# ---- setup_device: what auto picks on each device ----
+
+@pytest.mark.parametrize("card,native_bf16,mps,expected", [
+    ("NVIDIA A100-SXM4-80GB", True, False, ("cuda", "bfloat16")),
+    ("Tesla T4", False, False, ("cuda", "float16")),  # Emulated bf16 does not count.
+    (None, False, True, ("mps", "float32")), (None, False, False, ("cpu", "float32")),
+])
+def test_auto_picks_each_devices_native_precision(monkeypatch, card, native_bf16, mps, expected):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: card is not None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(card is not None))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: card)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",  # torch's default counts emulation.
+                        lambda including_emulation=True: native_bf16 or including_emulation)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    device, dtype, autocast = data.setup_device("auto", "auto")
+    assert (device, dtype) == expected
+    assert isinstance(autocast, contextlib.nullcontext) == (dtype == "float32")
+    refused = {"cuda:1": "--device=cuda:1: not here", "float64": "--dtype=float64: use auto"}
+    if card and not native_bf16:
+        refused["bfloat16"] = "--dtype=bfloat16: this GPU has no native bfloat16; use float16"
+    if not card:
+        refused["cuda"] = "--device=cuda: not here; use auto, cpu, cuda, cuda:N (0 CUDA GPUs"
+    for asked, message in refused.items():
+        with pytest.raises(configurator.ConfigError) as error:
+            data.setup_device(*(("auto", asked) if "float" in asked else (asked, "auto")))
+        assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+# ---- bench.py --gpu_check ----
+
+def test_the_gpu_check_runs_every_step_on_the_cpu_and_every_row_passes(tmp_path, monkeypatch,
+                                                                       capfd):
+    """Its real commands (compare.py, train.py and a resume, sample.py, bench.py) at a tiny
+    shape; PASS or FAIL only on the rows that must hold on any card, the MFU row a number."""
+    monkeypatch.setattr(gpu_check, "OUT", str(tmp_path / "out-gpu-check"))
+    shape = [f"--{k}={v}" for k, v in {**SHAPE, "block_size": 32}.items()] + ["--compile=False"]
+    assert gpu_check.gpu_check("cpu", shape=shape, steps=4, tokens=20_000) == 0
+    checks = json.load(open(tmp_path / "out-gpu-check" / "report.json"))["checks"]
+    assert [c["verdict"] for c in checks] == ["PASS"] * 4 + [""]
+    assert checks[-1]["check"].startswith("MFU") and checks[-1]["measured"] == "not measured"
+    table = capfd.readouterr().out.split("## bench.py --gpu_check on cpu, torch ")[1]
+    rows = [line for line in table.splitlines() if line.startswith("| ")][1:]
+    assert [row.rpartition(" | ")[2] for row in rows] == ["PASS |"] * 4 + ["- |"]
+
+
+def test_bench_gpu_check_without_a_gpu_says_so_in_one_line_and_exits_0(monkeypatch, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the check would run")
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--gpu_check"])
+    with pytest.raises(SystemExit) as done:
+        configurator.run_main(bench.main)
+    assert done.value.code == 0
+    assert capsys.readouterr().out == ("bench.py --gpu_check: no CUDA GPU here (torch sees none):"
+                                       " nothing to check\n")
+
+
+def test_bench_imports_the_gpu_check_only_when_asked_and_never_the_reverse():
+    trees = {p: ast.parse(open(os.path.join(ROOT, p)).read())
+             for p in ("bench.py", "lab/gpu_check.py")}
+    names = {p: [(f"{n.module}.{a.name}" if isinstance(n, ast.ImportFrom) else a.name, n)
+                 for n in ast.walk(t) if isinstance(n, (ast.Import, ast.ImportFrom))
+                 for a in n.names] for p, t in trees.items()}
+    assert not [name for name, _ in names["lab/gpu_check.py"] if "bench" in name]
+    assert not [name for name, n in names["bench.py"] if "gpu_check" in name
+                and n in trees["bench.py"].body]  # None is at the top.
+    main = next(f for f in trees["bench.py"].body if getattr(f, "name", "") == "main")
+    assert [n.module for n in ast.walk(main) if isinstance(n, ast.ImportFrom)] == ["lab.gpu_check"]
+
+
+# ---- bench.py: speed, the cache, its settings ----
+
+BENCH = [f"--{k}={v}" for k, v in {**SHAPE, "n_layer": 2, "batch_size": 2}.items()] + [
+    "--contexts=8", "--decode_tokens=4", "--decode_batch_sizes=1", "--train_steps=2",
+    "--warmup_steps=1", "--device=cpu", "--dtype=float32"]
+
+
+def test_a_tiny_bench_run_writes_every_field(tmp_path, capsys):
+    bench.main(BENCH + [f"--json_out={tmp_path / 'b.json'}"])
+    result = json.load(open(tmp_path / "b.json"))
+    assert {"config", "device", "dtype", "device_name", "torch", "threads", "model", "sizes",
+            "train", "decode", "cache", "ratios", "wall_s"} <= set(result)
+    modes, ratios = result["train"]["modes"], result["ratios"]
+    assert list(modes) == list(VALUE_MODES) == list(result["sizes"])
+    for mode, m in modes.items():
+        assert len(m["step_ms"]) == 2 and m["mfu"] is None and m["peak_mem_bytes"] is None
+        assert m["tokens_per_s"] == pytest.approx(2 * 16 / (m["ms_per_step"] / 1000))
+        if mode != "vanilla":
+            assert ratios[f"train_{mode}_vs_vanilla"] == pytest.approx(
+                m["ms_per_step"] / modes["vanilla"]["ms_per_step"])
+    rows = result["decode"]["rows"]
+    assert {(r["mode"], r["context"]) for r in rows} == {(m, c) for m in VALUE_MODES
+                                                         for c in (8, 16)}
+    for r in rows:
+        assert r["cached_tok_s"] > 0 and r["uncached_tok_s"] > 0 and r["tokens_match"]
+        assert r["fp32_logit_error"] <= LOGIT_TOLERANCE and r["cache_exact"]
+    assert len(ratios["decode_cached_vs_uncached"]) == len(rows) and result["decode"]["cache_exact"]
+    cache = result["cache"]
+    assert cache["expected_svformer_ratio"] == 3 / 4  # It is (L+1)/(2L) at L = 2.
+    assert {(r["mode"], r["n_kv_head"]) for r in cache["rows"]} == {
+        (m, h) for m in VALUE_MODES for h in (2, 1)}
+    for r in cache["rows"]:
+        assert r["vs_vanilla"] == (0.75 if r["mode"] == "svformer" else 1.0)
+        assert r["exact_svformer_ratio"] is (True if r["mode"] == "svformer" else None)
+    assert ratios["cache_svformer_vs_vanilla"] == {"2": 0.75, "1": 0.75}
+    printed = capsys.readouterr().out
+    assert "training step" in printed and "decoding" in printed and "KV cache" in printed
+
+
+def test_any_subset_of_the_modes_runs_and_resformers_settings_shape_the_resformer_alone():
+    """No vanilla among the modes: no ratios to it, and vanilla is still the cache table's
+    reference; --learnable_lambda is the resformer's (every other mode's model refuses it)."""
+    result = bench.main(BENCH + ["--modes=resformer,value_embed", "--parts=train,cache",
+                                 "--learnable_lambda", "--json_out="])
+    assert list(result["train"]["modes"]) == ["resformer", "value_embed"]
+    assert {r["mode"] for r in result["cache"]["rows"]} == {"vanilla", "resformer", "value_embed"}
+    assert not [k for k in result["ratios"] if k.startswith("train")]
+    assert result["ratios"]["cache_svformer_vs_vanilla"] == {}
+    resformer = GPT(bench.model_config(result["config"], "resformer"))
+    assert resformer.config.learnable_lambda and result["train"]["modes"]["resformer"][
+        "params"] == resformer.num_params()
+
+
+def test_a_wrong_cache_is_caught_in_float32(monkeypatch):
+    store = bench.KVCache.store
+
+    def keys_one_late(self, layer, k, v):  # Each cached key moves one position late.
+        keys, values = store(self, layer, k, v)
+        return keys.roll(1, dims=2), values
+    monkeypatch.setattr(bench.KVCache, "store", keys_one_late)
+    result = bench.main(BENCH + ["--parts=decode", "--modes=resformer", "--json_out="])
+    assert result["decode"]["cache_exact"] is False
+    assert all(r["fp32_logit_error"] > LOGIT_TOLERANCE for r in result["decode"]["rows"])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--parts=train,speed"], "--parts=train,speed: name some of train, decode, cache"),
+    (["--modes=vanilla,transformer"], "--modes=vanilla,transformer: name some of vanilla, "),
+    (["--parts=decode", "--contexts=16", "--decode_tokens=16"],
+     "context 16 must be longer than decode_tokens (16)"),
+    (["--max_iters=5"], "--max_iters=5: a train.py setting that bench.py does not use"),
+    (["--resume"], "--resume: a train.py setting that bench.py does not use"),
+])
+def test_bad_bench_settings_are_one_line(monkeypatch, argv, message):
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--json_out=", *argv])
+    with pytest.raises(SystemExit) as refused:
+        configurator.run_main(bench.main)
+    assert refused.value.code.startswith(f"error: {message}") and "\n" not in refused.value.code
+
+
+def test_bench_help_fits_100_columns(capsys):
+    for argv in (["--help"], [GPT2, "--contexts=128,256,512,1024,2048,4096,8192", "--help"]):
+        with pytest.raises(SystemExit) as done:
+            bench.main(argv)
+        text = capsys.readouterr().out
+        assert done.value.code == 0 and "--gpu_check" in text
+        assert [line for line in text.splitlines() if len(line) > 100] == []
+
+
+# ---- compare.py --plan ----
+
+def test_the_gpu_class_plan_prints_its_16_runs_without_data(tmp_path, capsys):
+    assert compare.main([GPU_CLASS, f"--dataset={tmp_path / 'nowhere'}", "--plan",
+                         f"--out_dir={tmp_path / 'out'}"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 16 == 5 * 3 + 1  # It is 5 variants x 3 seeds and the floor.
+    assert sum("python -m lab.nudged " in line for line in lines) == 1
+    assert sum(line.startswith("OMP_NUM_THREADS=1 python train.py ") for line in lines) == 15
+    assert all(f"--dataset={tmp_path / 'nowhere'}" in line and " && OMP_NUM_THREADS=1 python -m "
+               "lab.evaluate --out_dir=" in line for line in lines)
+    assert not list((tmp_path / "out").glob("*/log.jsonl"))  # Nothing trained.

@@ -572,9 +572,9 @@ def test_batches_draw_every_window_of_every_shard_and_a_split_too_short_is_one_l
     assert all(torch.equal(a, b) for a, b in zip(first, batches.next()))
     with pytest.raises(data.DataError) as error:
         data.Batches([np.arange(17, dtype=np.uint16)], 8, 16, seed=0, split="val")
-    assert str(error.value) == ("the val split's longest shard has 17 tokens, fewer than one "
+    assert str(error.value) == ("the val split's longest shard has 17 tokens, fewer than a "
                                 "window needs (block_size 16 + 2): use a smaller --block_size, "
-                                "or prepare more text")
+                                "or more text")
 
 
 # ---- torchrun: 2 processes, gloo on the CPU ----
