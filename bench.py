@@ -8,9 +8,8 @@ and without the KV cache, and the cache's bytes. Prints tables and writes everyt
     python bench.py config/gpt2_124m.py --parts=cache --dtype=bfloat16   # cache bytes, anywhere
     python bench.py --gpu_check                           # a GPU owner's first hour, checked
 
-Tokens are synthetic (random ids): speed does not depend on which tokens they are, and the bench
-then needs no prepared data. Decoding always runs the eager model (torch.compile, when on, is
-applied to the training step only: the cache's growing length would recompile every step).
+Tokens are random ids (speed does not depend on them, and no data needs preparing). Decoding runs
+the eager model: torch.compile applies to training only (the cache would recompile every step).
 """
 import json
 import os
@@ -27,8 +26,7 @@ from lab.grid import parse_list
 from model import GPT, VALUE_MODES, GPTConfig, KVCache
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, training_step
 
-# train.py's settings a timing does not use: a preset may set them (config/*.py work as they are)
-# and they are ignored; the command line refuses them
+# train.py's settings a timing does not use: ignored in a preset, refused on the command line.
 UNUSED = ("out_dir", "eval_interval", "log_interval", "eval_iters", "max_iters", "warmup_iters",
           "lr_decay_iters", "min_lr", "dropout", "value_mode") + ACTIONS
 BENCH_SETTINGS = dict(
@@ -100,8 +98,7 @@ def resolve(cfg):
 
 
 def model_config(cfg, mode, n_kv_head=None):
-    """train.py's settings of the resformer's mix shape the resformer only (GPTConfig refuses
-    them elsewhere)."""
+    """A mode's GPTConfig; the resformer's mix settings apply to the resformer alone."""
     keep = {k: v for k, v in cfg.items() if mode == "resformer" or k not in (
         "lambda_1", "lambda_2", "learnable_lambda")}
     return GPTConfig.from_dict({**keep, "value_mode": mode, "dropout": 0.0,
@@ -121,10 +118,8 @@ def synchronize(device):
 
 
 def bench_train(cfg, device, dtype, autocast):
-    """ms/step over train_steps AdamW steps per mode (train.py's training_step itself), after
-    warm-up; the modes take turns step by step so that a busy neighbour on a shared machine slows
-    them all alike. torch.utils.benchmark's Timer times each step (at this run's thread count,
-    the GPU synchronised) and gives the median."""
+    """Median ms/step of train.py's training_step per mode (torch.utils.benchmark's Timer), after
+    warm-up; the modes take turns step by step, so a busy neighbour slows them all alike."""
     kind = device.split(":")[0]
     B, T, micro_steps = cfg["batch_size"], cfg["seq_len"], cfg["accumulation"]
     gen = torch.Generator().manual_seed(cfg["seed"])
@@ -181,10 +176,8 @@ def timed_generate(model, prompt, n, use_cache, device):
 
 @torch.no_grad()
 def bench_decode(cfg, device, autocast):
-    """tokens/s with the cache (the prompt once, then one token a step) and without it (nanoGPT's
-    recompute of the whole context a token), from the same prompt of context - decode_tokens
-    tokens, so each run ends at exactly `context` tokens; speed in the run's dtype. Correctness:
-    along the cached run's tokens, cached and full-forward logits agree in float32."""
+    """tokens/s with the cache and without (nanoGPT's recompute), from one prompt of context -
+    decode_tokens tokens in the run's dtype, and whether cached and full logits agree in float32."""
     n = cfg["decode_tokens"]
     models = {mode: build(cfg, mode).to(device).eval() for mode in cfg["modes"]}
     gen = torch.Generator().manual_seed(cfg["seed"])
@@ -250,8 +243,7 @@ def bench_cache(cfg, device, ptdtype):
 
 
 def ratios(result):
-    """Ratios between the modes, measured side by side: each mode's training step against
-    vanilla's, cached against uncached decoding, SVFormer's cache bytes against vanilla's."""
+    """Each mode's step against vanilla's, cached against uncached, SVFormer's cache bytes."""
     tr, de, ca = result["train"], result["decode"], result["cache"]
     out, modes = {}, tr["modes"] if tr else {}
     for mode in modes if "vanilla" in modes else []:
@@ -332,12 +324,10 @@ def main(argv):
     with torch.device("meta"):  # shapes only: no memory, no initialising (GPT-2's tables: 2 GB)
         result["sizes"] = {m: sizes(GPT(model_config(cfg, m)), cfg["seq_len"])
                            for m in cfg["modes"]}
-    if "train" in cfg["parts"]:
-        result["train"] = bench_train(cfg, device, dtype, autocast)
-    if "decode" in cfg["parts"]:
-        result["decode"] = bench_decode(cfg, device, autocast)
-    if "cache" in cfg["parts"]:
-        result["cache"] = bench_cache(cfg, device, getattr(torch, dtype))
+    parts = cfg["parts"]
+    result["train"] = bench_train(cfg, device, dtype, autocast) if "train" in parts else None
+    result["decode"] = bench_decode(cfg, device, autocast) if "decode" in parts else None
+    result["cache"] = bench_cache(cfg, device, getattr(torch, dtype)) if "cache" in parts else None
     result["ratios"] = ratios(result)
     result["wall_s"] = time.time() - t_start
     print_tables(result, cfg)

@@ -19,14 +19,13 @@ count and what it rules out.
     # the paper's "matches a vanilla model X% larger": vanilla at 3 or more sizes
     python compare.py --modes=vanilla,vanilla:n_embd=48,vanilla:n_embd=96,resformer
 
-A variant is a value mode of model.py with optional suffixes _learnable (ResFormer, learned
-lambdas) and _kvN (N key/value heads), then optional :key=value settings for it alone. Every run
-is `python train.py` in its own folder (<variant>_seed<k>/), --jobs at a time (on GPUs, spread
-over them), or by any scheduler: --plan prints the runs' commands. The same command again reuses
-finished runs and resumes stopped ones, only where the code that trained them is today's, to the
-last character but comments, docstrings and formatting (lab/runs.py, code_version); a run of
-other code is moved aside, kept, and trained again. Writes results.md, results.json and (with
-matplotlib) pictures to out_dir.
+A variant is a value mode of model.py, optionally with _learnable (ResFormer, learned lambdas),
+_kvN (N key/value heads) and :key=value settings for it alone. Every run is `python train.py` in
+its own folder (<variant>_seed<k>/), --jobs at a time (spread over GPUs), or by any scheduler
+(--plan prints the commands). The same command again reuses finished runs and resumes stopped
+ones only where today's code trained them (lab/runs.py's code_version, blind to comments and
+formatting); a run of other code is moved aside, kept, and trained again. Writes results.md,
+results.json and (with matplotlib) pictures to out_dir.
 """
 import collections
 import os
@@ -63,8 +62,7 @@ COMPARE_SETTINGS = dict(
                      "separated): beside each one-seed difference, where it fell on those seeds"),
     reuse_other_code=(False, "reuse runs (and calibrations) that other code trained (another "
                              "code version): said in results.md; for reading old records"),
-    analysis_samples=(64, "held-out windows for attention entropy and token similarity",
-                      (1, None)),
+    analysis_samples=(64, "held-out windows for attention entropy and token similarity", (1, None)),
     tune=(False, "first find each variant's best peak learning rate, then compare each at its "
                  "own best and (the paper's protocol) all at vanilla's best"),
     tune_lrs=("6e-3,8.5e-3,1.2e-2,1.7e-2,2.4e-2",
@@ -198,8 +196,7 @@ def main(argv):
 
 
 def checked(cfg):
-    """(modes, seeds, gap steps) from the settings, each mistake refused in one line before any
-    data work or training."""
+    """(modes, seeds, gap steps), each mistake refused in one line before any data work."""
     modes, seeds = parse_modes(cfg["modes"]), parse_seeds(cfg["seeds"])
     gaps = parse_list(cfg["gap_steps"], int) or [  # evaluated steps only
         int(cfg["max_iters"] * f) // cfg["eval_interval"] * cfg["eval_interval"]

@@ -26,9 +26,8 @@ def t975(df):
 
 
 def paired_stats(differences):
-    """Mean of per-seed differences (variant - vanilla), 95% t interval (n-1 df), wins (< 0),
-    and the sign test: how often chance alone (each seed a coin toss: variant or vanilla lower)
-    gives at least these many seeds lower (p_lower), or higher (p_higher)."""
+    """Mean of per-seed differences (variant - vanilla), 95% t interval (n-1 df), wins (< 0), and
+    the sign test: how often coin tosses give as many seeds lower (p_lower) or higher (p_higher)."""
     d = np.asarray(differences, dtype=float)
     n = len(d)
     out = {"n": n, "differences": d.tolist(), "mean": float(d.mean()), "wins": int((d < 0).sum())}
@@ -82,10 +81,9 @@ def held_on_every_seed(r, base):
     if side:
         held.append(f"a final loss {side} than vanilla's")
     if own.get("escape") and r.get("escape") and base.get("escape"):
-        def step(e):
-            return e[0] if e else math.inf  # never left: later than any run that did
-        pairs = [(step(a), step(b)) for a, b in own["escape"]]
-        pairs.append((step(r["escape"][0]), step(base["escape"][0])))
+        # A run that never left the plateau counts as later than any run that did.
+        pairs = [(a[0] if a else math.inf, b[0] if b else math.inf)
+                 for a, b in [*own["escape"], (r["escape"][0], base["escape"][0])]]
         sooner = sum(a < b for a, b in pairs)
         if sooner and all(a <= b for a, b in pairs):
             held.append(f"leaving the early plateau no later than vanilla (sooner on {sooner} "
@@ -94,10 +92,9 @@ def held_on_every_seed(r, base):
 
 
 def verdict(stats, floor=None):
-    """One computed sentence: beyond noise only when the mean exceeds the rounding floor and the
-    95% t interval excludes 0. The sign count is said but decides nothing: another CPU's rounding
-    can turn one seed's sign, moving the sign test from 1 in 28 to 1 in 7 on 8 seeds (seed 1342
-    at 2 threads, 2026-12-06), and the interval's ends far less than their distance from 0."""
+    """One computed sentence: beyond noise only when the mean exceeds the rounding floor and the 95%
+    t interval excludes 0. The sign count decides nothing: on 8 seeds another CPU's rounding can
+    turn one seed's sign, moving the sign test from 1 in 28 to 1 in 7 (seed 1342, 2026-12-06)."""
     within = floor is not None and abs(stats["mean"]) <= floor
     if stats["interval"] is None:
         return "one seed: no interval" + (", within the rounding floor" if within else "")
@@ -111,8 +108,7 @@ def verdict(stats, floor=None):
 
 
 def signs(stats):
-    """'lower on 7 of 8 seeds: chance alone, 1 in 28': the side most seeds fell on, and how
-    often a coin toss per seed puts at least that many there."""
+    """'lower on 7 of 8 seeds: chance alone, 1 in 28': most seeds' side, and its sign test."""
     higher = sum(d > 0 for d in stats["differences"])
     side, k, p = (("lower", stats["wins"], stats["p_lower"]) if stats["wins"] >= higher else
                   ("higher", higher, stats["p_higher"]))
@@ -131,8 +127,7 @@ def crossing(tokens, losses, target):
 
 
 def escape(evals, threshold):
-    """(step, tokens) of the first evaluation below threshold: when a run left the early plateau
-    (unigram/bigram statistics, before attention uses the context); None if it never did."""
+    """(step, tokens) of the first evaluation below threshold (off the early plateau), or None."""
     return next(([e["iter"], e["tokens"]] for e in evals if e["val_loss"] < threshold), None)
 
 
@@ -225,12 +220,11 @@ def round_lr(lr):
 
 
 def next_lr(mean_loss, lowest, highest):
-    """The learning rate to try next so the best one is bracketed, or None when it is.
-    mean_loss: {lr: mean final loss over the search seeds}, inf for a diverged run (worse, not an
-    error). The best lr needs a worse neighbour each side, at most FINEST_LR_STEP away: an edge
-    optimum extends the grid by the edge's own step (never past the cap lowest/highest: then the
-    search stops unbracketed), a coarse step next to it gets its midpoint. Last, the grid reaches
-    twice the best lr, so how fast a variant degrades above its optimum is measured."""
+    """The learning rate to try next so the best one is bracketed, or None when it is. mean_loss:
+    {lr: mean final loss over the search seeds}, inf if diverged. The best lr needs a worse
+    neighbour each side, at most FINEST_LR_STEP away: an edge optimum extends the grid by the edge's
+    step (never past the cap lowest/highest), a coarse step next to it gets its midpoint; last, the
+    grid reaches twice the best lr, so how fast a variant degrades above its optimum is measured."""
     lrs = sorted(mean_loss)
     i = min(range(len(lrs)), key=lambda j: (mean_loss[lrs[j]], j))
     below, above = lrs[0] ** 2 / lrs[1], lrs[-1] ** 2 / lrs[-2]  # one edge step further out
@@ -308,9 +302,8 @@ def token_similarity(hidden):
 
 @torch.no_grad()
 def internals(model, x):
-    """Per layer: attention weights (B, n_head, T, T) and block outputs (B, T, C) for tokens x.
-    The weights are recorded by wrapping scaled_dot_product_attention for one forward pass, so
-    they stay right when a layer changes q or k on the way (RoPE, QK-norm)."""
+    """Per layer: attention weights (B, n_head, T, T), recorded from scaled_dot_product_attention's
+    own q and k (right under RoPE or QK-norm), and block outputs (B, T, C) for tokens x."""
     attention, hidden, sdpa = [], [], F.scaled_dot_product_attention
 
     def recording(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,

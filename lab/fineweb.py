@@ -1,12 +1,9 @@
-"""python -m lab.fineweb [preset.py] [--train_shards=N]: FineWeb-Edu in GPT-2 tokens, ready to
-train in minutes. It downloads the shards the GPT-2 speedrun (modded-nanogpt) publishes, already
-tokenized in llm.c's format, into data/fineweb_edu_gpt2/: the val shard (its first VAL_TOKENS, as
-the speedrun measures, so that lab.evaluate's whole-split pass takes a minute, not ten) and the
-train shards a preset's run reads (its max_iters x tokens a step, 100M tokens and about 200 MB a
-shard, at most the 99 there are), or --train_shards of them; then meta.json, which makes them a
-dataset. Each file is written whole or not at all, and a finished one is kept: after a lost
-connection the same command goes on.
-Then: python train.py config/gpt2_124m.py, or python compare.py config/gpu_class.py."""
+"""python -m lab.fineweb [preset.py] [--train_shards=N]: FineWeb-Edu in GPT-2 tokens, as the
+GPT-2 speedrun (modded-nanogpt) publishes it in llm.c's format, into data/fineweb_edu_gpt2/: the
+val shard's first VAL_TOKENS (as the speedrun measures: lab.evaluate's pass takes a minute, not
+ten), the train shards a preset's run reads (100M tokens, about 200 MB a shard, at most 99) or
+--train_shards of them, and meta.json. Each file is written whole or not at all and kept, so after
+a lost connection the same command goes on. Then: python train.py config/gpt2_124m.py."""
 import json
 import math
 import os
@@ -33,13 +30,13 @@ SETTINGS = dict(
 def shards_needed(preset):
     """(train shards, tokens) a preset's run reads: max_iters x tokens a step, 100M a shard."""
     cfg = parse_args(compare.SETTINGS, [preset], "")
-    tokens = cfg.max_iters * cfg.batch_size * cfg.block_size * (cfg.gradient_accumulation_steps or 1)
+    accumulation = cfg.gradient_accumulation_steps or 1
+    tokens = cfg.max_iters * cfg.batch_size * cfg.block_size * accumulation
     return min(SHARDS, max(1, math.ceil(tokens / SHARD_TOKENS))), tokens
 
 
 def download(out_dir, train_shards):
-    """The val shard and train_shards train shards in out_dir, each fetched unless there, and
-    meta.json, which names them."""
+    """The val shard and train_shards train shards in out_dir (each unless there), meta.json."""
     os.makedirs(out_dir, exist_ok=True)
     names = ["finewebedu_val_000000.bin"] + [f"finewebedu_train_{i:06d}.bin"
                                              for i in range(1, train_shards + 1)]

@@ -1,13 +1,10 @@
 """`python bench.py --gpu_check`: a GPU owner's first hour, run and checked in about 5 minutes on
-one GPU, with one table at the end (and out-gpu-check/report.json). On synthetic GPT-2 tokens
-(nothing to download), the commands a user runs, as they run them: compare.py with
-config/gpu_class.py (vanilla and value embeddings, the mode with the most parameters, compiled;
-then lab.evaluate's whole-split pass at GPT-2's 50,304 ids), the first run on the plays
-(config/plays_gpu.py, as a resume), sample.py with the KV cache, and bench.py's MFU at GPT-2 small
-in bf16. PASS or FAIL only for what must hold on any
-card: no error, cached logits equal to uncached ones, a resume exact, the logged peak memory
-within lab.memory's estimate; the rest is reported. tests/test_gpu_path.py runs every step on the
-CPU at a tiny size."""
+one GPU, with one table at the end (and out-gpu-check/report.json). On synthetic GPT-2 tokens, the
+commands a user runs: compare.py config/gpu_class.py (vanilla and value embeddings, compiled, and
+lab.evaluate at 50,304 ids), the plays' first run (config/plays_gpu.py, as a resume), sample.py
+with the KV cache, and bench.py's MFU at GPT-2 small in bf16. PASS or FAIL only for what must hold
+on any card: no error, cached logits equal to uncached ones, a resume exact, the logged peak
+memory within lab.memory's estimate. tests/test_gpu_path.py runs every step on the CPU."""
 import json
 import os
 import shutil
@@ -36,8 +33,7 @@ def synthetic_dataset(folder, tokens):
                          rng.integers(0, VOCAB, n), VOCAB)
         shards.append({"file": f"synthetic_{split}.bin", "split": split, "tokens": n})
     with open(os.path.join(folder, "meta.json"), "w") as f:
-        json.dump({"tokenizer": "gpt2", "vocab_size": VOCAB, "eot": VOCAB - 1,
-                   "shards": shards}, f)
+        json.dump({"tokenizer": "gpt2", "vocab_size": VOCAB, "eot": VOCAB - 1, "shards": shards}, f)
     return folder
 
 
@@ -52,8 +48,7 @@ def val_losses(out_dir):
 
 
 def gpu_check(device="cuda", shape=(), steps=20, tokens=4_000_000):
-    """Every step, then the table; the exit status (1 if a PASS/FAIL check failed). shape: more
-    settings for every run (the CPU test's tiny model)."""
+    """Every step, then the table; exit 1 if a check failed; shape: the CPU test's own settings."""
     if device.startswith("cuda") and not torch.cuda.is_available():
         print("bench.py --gpu_check: no CUDA GPU here (torch sees none): nothing to check")
         return 0
@@ -123,7 +118,7 @@ def gpu_check(device="cuda", shape=(), steps=20, tokens=4_000_000):
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else device
     print(f"\n## bench.py --gpu_check on {name}, torch {torch.__version__}\n\n"
           "| check | measured | verdict |\n|---|---|---|\n" +
-          "\n".join(f"| {what} | {measured} | {verdict or '-'} |" for what, measured, verdict in rows))
+          "\n".join(f"| {w} | {m} | {v or '-'} |" for w, m, v in rows))
     with data.atomic_write(os.path.join(OUT, "report.json"), "w") as f:
         json.dump({"device": name, "torch": torch.__version__, "checks": [
             {"check": w, "measured": m, "verdict": v} for w, m, v in rows]}, f, indent=1)

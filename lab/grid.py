@@ -1,8 +1,6 @@
-"""
-compare.py's grid: the variants and seeds it is asked for (their grammar), the runs they make,
-the noise floor's runs, the learning-rate search (--tune), each variant's numbers over its seeds
-(per_mode), and what a calibration folder says of the same setting on other seeds.
-"""
+"""compare.py's grid: the variants and seeds asked for (their grammar), the runs they make, the
+noise floor's runs, the learning-rate search (--tune), each variant's numbers over its seeds
+(per_mode), and what a calibration folder says of the same setting on other seeds."""
 import json
 import os
 import re
@@ -31,8 +29,7 @@ def parse_list(text, cast=str):
 
 
 def parse_overrides(text, what):
-    """'n_layer=8:max_iters=400' -> {'n_layer': 8, 'max_iters': 400},
-    typed like train.py's settings."""
+    """'n_layer=8:max_iters=400' -> {'n_layer': 8, 'max_iters': 400}, typed as train.py's."""
     pairs = [p for p in text.split(":") if p]
     if not all("=" in p for p in pairs):
         raise ConfigError(f"{what}: settings are key=value, separated by ':' "
@@ -65,9 +62,8 @@ def parse_modes(text):
 
 
 def parse_seeds(text, key="seeds"):
-    """The seeds to train, always a list: '7' -> [7], '1337,1338,1339' -> those (also '7,', and
-    '(1, 2, 3)', as a preset file's tuple arrives). key: the setting they came from, for the
-    errors."""
+    """The seeds to train, always a list: '7' -> [7], '1337,1338,1339' -> those (also '7,' and a
+    preset's tuple '(1, 2, 3)'). key: the setting they came from, for the errors."""
     parts = [p for p in re.split(r"[,\s()\[\]]+", str(text)) if p]
     if not parts:
         raise ConfigError(f"--{key}={text}: need at least one seed, e.g. --{key}=1337,1338,1339")
@@ -80,8 +76,7 @@ def parse_seeds(text, key="seeds"):
 
 
 def build_grid(cfg, modes, seeds, points, root):
-    """[((name, seed, point), train settings)] with seed outermost, so complete seed sets
-    finish early."""
+    """[((name, seed, point), train settings)], seed outermost: whole seed sets finish early."""
     base = {k: cfg[k] for k in TRAIN_SETTINGS if k in cfg}
     grid = []
     for seed in seeds:
@@ -98,17 +93,13 @@ def build_grid(cfg, modes, seeds, points, root):
 
 
 def with_floor(grid, cfg, modes, seeds, root):
-    """The grid and, on the first noise_floor seeds, vanilla again with only its rounding changed
-    (its initial weights nudged one float32 step: train.py --nudge), each beside its seed's runs:
-    how far rounding alone moves a run, the noise floor of every difference."""
+    """The grid and, on the first noise_floor seeds, vanilla nudged one float32 step (FLOOR)."""
     if not cfg["noise_floor"] or "vanilla" not in dict(modes):
         return grid
     floor = [(FLOOR, {**dict(modes)["vanilla"], **dict(parse_modes(FLOOR))[FLOOR]})]
+    floor_grid = build_grid(cfg, floor, seeds[:cfg["noise_floor"]], [("", {})], root)
     if cfg["tune"]:  # at vanilla's own best lr, in a folder named by it like the others
-        floor_grid = at_lr(build_grid(cfg, floor, seeds[:cfg["noise_floor"]], [("", {})], root),
-                           root)
-    else:
-        floor_grid = build_grid(cfg, floor, seeds[:cfg["noise_floor"]], [("", {})], root)
+        floor_grid = at_lr(floor_grid, root)
     return sorted(grid + floor_grid, key=lambda item: seeds.index(item[0][1]))
 
 
@@ -118,8 +109,7 @@ def lr_settings(cfg, lr):
 
 
 def at_lr(grid, root, sub=""):
-    """The grid's runs in folders named by variant, peak lr and seed (root/sub/), so a run
-    shared by two protocols (vanilla at its best lr) is one run."""
+    """The runs in root/sub/ folders named by variant, lr and seed: protocols share a run."""
     renamed = []
     for (name, seed, point), run in grid:
         lr = f"{run['learning_rate']:g}".replace("e+", "e")  # 1e+06 -> 1e06, not 1e-06
@@ -129,8 +119,7 @@ def at_lr(grid, root, sub=""):
 
 
 def tune_plan(cfg):
-    """The search's starting grid, its cap (lowest, highest lr) and seeds, checked before
-    anything trains."""
+    """The search's starting grid, its cap (lowest, highest lr) and seeds, checked up front."""
     start = sorted({round_lr(lr) for lr in parse_list(cfg["tune_lrs"], float)})
     if len(start) < 2 or start[0] <= 0:
         raise ConfigError(f"--tune_lrs={cfg['tune_lrs']}: give at least two positive learning "
@@ -146,8 +135,7 @@ def tune_plan(cfg):
 
 
 def search_lrs(cfg, modes, root, jobs, today):
-    """Each variant's best peak learning rate, bracketed (analysis.next_lr): train the grid on
-    the search seeds, add the point next_lr asks for, repeat until no variant asks for more.
+    """Each variant's best peak lr, bracketed: train on the search seeds, add what next_lr asks.
     Returns ({name: {lr: [final loss per search seed]}}, interrupted, failed)."""
     start, lowest, highest, seeds = tune_plan(cfg)
     lrs = {name: list(start) for name, _ in modes}
@@ -182,8 +170,7 @@ def search_lrs(cfg, modes, root, jobs, today):
 
 
 def own_lrs(modes, cfg):
-    """--lrs: the named variants at their own peak lr (the fair protocol without a search);
-    a preset's lrs may name variants this command does not train."""
+    """--lrs: the named variants at their own peak lr; a preset's may name variants not trained."""
     lrs = {}
     for item in parse_list(cfg["lrs"]):
         name, _, lr = item.rpartition("=")  # a variant's name may hold '=' itself
@@ -195,8 +182,7 @@ def own_lrs(modes, cfg):
         if lrs[name] <= 0:
             raise ConfigError(f"--lrs: {item!r} is not variant=learning_rate for a variant "
                               f"(vanilla, resformer, svformer, ...)")
-    return [(name, {**o, **lr_settings(cfg, lrs[name])} if name in lrs else o)
-            for name, o in modes]
+    return [(name, {**o, **lr_settings(cfg, lrs[name])} if name in lrs else o) for name, o in modes]
 
 
 def best_lrs(search):
@@ -205,9 +191,8 @@ def best_lrs(search):
 
 
 def tuned_grid(cfg, modes, seeds, root, best):
-    """The runs after the search, on the reported seeds: each variant at its own best lr (the
-    fair protocol, point "") and, as the paper did, every variant at vanilla's best ("paper").
-    Returns (grid, the variants, [the paper's point] or [])."""
+    """After the search: each variant at its own best lr (point "") and, as the paper did, all at
+    vanilla's best ("paper"). Returns (grid, the variants, [the paper's point] or [])."""
     protocols = [("", best)] + ([("paper", {n: best["vanilla"] for n in best})]
                                 if "vanilla" in best and len(best) > 1 else [])
     grid, variants = [], None
@@ -219,9 +204,8 @@ def tuned_grid(cfg, modes, seeds, root, best):
 
 
 def per_mode(summaries, names, seeds, point, escape_loss=0.0, gap_steps=()):
-    """For each variant: per-seed final losses and curves, when each left the early plateau
-    (escape_loss), and the paired statistics of both against vanilla, also of the fixed-window
-    loss at gap_steps along the run."""
+    """For each variant: per-seed final losses and curves, when each left the early plateau, and
+    the paired statistics against vanilla, also of the fixed-window loss at gap_steps."""
     results = {}
     for name in names:
         runs = {s: summaries[name, s, point] for s in seeds
@@ -259,8 +243,7 @@ def per_mode(summaries, names, seeds, point, escape_loss=0.0, gap_steps=()):
                      for i, s in enumerate(r["seeds"]) if name != "vanilla" and s in base["seeds"]]
             if pairs:
                 r["paired"] = paired_stats([d for _, d in pairs])
-                # in-run crossing: tokens where this curve first reaches vanilla's final
-                # (fixed-window) loss
+                # The in-run crossing: where this curve first reaches vanilla's final loss.
                 r["crossing_tokens"] = [crossing(r["tokens"], r["curves"][i],
                                                  base["curves"][base["seeds"].index(s)][-1])
                                         for i, s in enumerate(r["seeds"]) if s in base["seeds"]]
@@ -274,8 +257,7 @@ def per_mode(summaries, names, seeds, point, escape_loss=0.0, gap_steps=()):
 
 
 def calibration_folders(cfg):
-    """--calibration's folders: each as given, or (a preset's, run from elsewhere) in the project.
-    A folder named that is not there is an error, never ignored."""
+    """--calibration's folders, as given or in the project; one not there is an error."""
     folders = []
     for folder in parse_list(cfg["calibration"]):
         found = next((f for f in (folder, os.path.join(ROOT, folder))
@@ -288,12 +270,9 @@ def calibration_folders(cfg):
 
 
 def calibrated(cfg, modes, seeds, today):
-    """What --calibration's folders (comparisons of their own, each with its results.json) say
-    of this setting on other seeds: for each variant whose runs there are finished with exactly
-    this command's settings (seed and folder aside) by today's code (its version), the per-seed
-    differences to vanilla at the end and along the run, and the machines that trained them. A
-    variant whose runs differ, are missing, or were trained by other code gets none: said on
-    stdout and in results.md."""
+    """What --calibration's folders say of this setting on other seeds: per variant finished there
+    with these settings by today's code, its per-seed differences to vanilla at the end and along
+    the run, and the machines; one without such runs gets none (said)."""
     runs, unused, other, commands = {}, {}, [], []
     for folder in calibration_folders(cfg):
         with open(os.path.join(folder, "results.json")) as f:

@@ -1,11 +1,9 @@
-"""python -m lab.memory [preset.py ...] [--key=value ...] [--gpu_memory=GB]: the batch that fits a
-GPU, for a preset's model and each of its variants: for this GPU (or a card of GB gigabytes, or,
-on a machine without one, the four cards our users meet), the batch_size x
-gradient_accumulation_steps that keeps the preset's tokens a step and fits, and the peak memory
-expected for a training step and for lab.evaluate's whole-split pass. Estimates, from what a
-forward pass keeps for the backward, measured on this CPU at a short length (bfloat16's bytes
-are float16's: a T4 keeps the same); bench.py --gpu_check compares them with a GPU's own peak.
-A resume keeps its batch: resume on the card the run started on, or start afresh."""
+"""python -m lab.memory [preset.py ...] [--key=value ...] [--gpu_memory=GB]: for a preset's
+variants on this GPU (or a card of GB gigabytes; without one, the four cards our users meet), the
+batch_size x gradient_accumulation_steps that keeps the preset's tokens a step and fits, with the
+peak memory of a training step and of lab.evaluate's pass. Estimates, from what a forward keeps
+for the backward on this CPU at a short length (bfloat16's bytes are float16's, as a T4 keeps);
+bench.py --gpu_check checks them. A resume keeps its batch: resume on the run's own card."""
 import sys
 
 import torch
@@ -29,9 +27,8 @@ SETTINGS = {**compare.SETTINGS,
 
 def step_bytes(model, block_size, dtype="bfloat16"):
     """(bytes a training step needs whatever its batch, bytes per token more): 16 a parameter
-    (weights, gradients, AdamW's two moments), and per token what a forward keeps for the
-    backward plus the logits' float copy and gradient. Two batch sizes' difference is per token:
-    what a forward keeps once (autocast's 16-bit copies of the weights) counts once."""
+    (weights, gradients, AdamW's moments), and per token what a forward keeps for the backward plus
+    the logits' float copy and gradient (what is kept once, e.g. 16-bit weights, counts once)."""
     T = min(block_size, 64)
 
     def saved(batch):  # the bytes a forward of batch x T tokens keeps for the backward
@@ -52,18 +49,16 @@ def step_bytes(model, block_size, dtype="bfloat16"):
 
 
 def eval_bytes(model, batch_size, block_size):
-    """The whole-split pass (lab.evaluate): the float32 weights and their 16-bit copies, the
-    batch's hidden states and one layer's activations, and one chunk of logits (16-bit, their
-    float copy and the log-softmax)."""
+    """The whole-split pass (lab.evaluate): the weights and their 16-bit copies, the batch's
+    hidden states and one layer's activations, and one chunk of logits with its float copies."""
     c, tokens = model.config, batch_size * block_size
     return (6 * sum(p.numel() for p in model.parameters()) + tokens * c.n_embd * 4 * 6
             + 10 * LOGITS_AT_ONCE)
 
 
 def fit(model, cfg, free):
-    """(batch_size, micro-steps, training bytes, evaluation bytes): the preset's batch halved,
-    its micro-steps doubled (the same tokens a step), until a step fits HEADROOM of free bytes;
-    None where even one sequence does not."""
+    """(batch_size, micro-steps, training bytes, evaluation bytes): the preset's batch halved, its
+    micro-steps doubled, until a step fits HEADROOM of free bytes; None where none fits."""
     fixed, per_token = step_bytes(model, cfg.block_size)
     batch, accum = cfg.batch_size, cfg.gradient_accumulation_steps or 1
     while fixed + per_token * batch * cfg.block_size > HEADROOM * free and batch % 2 == 0:
@@ -84,10 +79,9 @@ def main(argv):
     accum = cfg.gradient_accumulation_steps or 1
     print(f"batch_size x gradient_accumulation_steps that fit, "
           f"{cfg.batch_size * cfg.block_size * accum:,} tokens a step as the preset asks "
-          f"({cfg.batch_size} x {accum} at block_size "
-          f"{cfg.block_size}); each cell: the training step's peak, then the whole-split pass's "
-          f"(estimates)\n\n| variant | " + " | ".join(cards) + " |\n" + "|---" * (len(cards) + 1)
-          + "|")
+          f"({cfg.batch_size} x {accum} at block_size {cfg.block_size}); each cell: the training "
+          f"step's peak, then the whole-split pass's (estimates)\n\n| variant | "
+          + " | ".join(cards) + " |\n" + "|---" * (len(cards) + 1) + "|")
     try:  # the preset's data says its vocabulary; without it, bytes' or GPT-2's
         vocab = data.padded_vocab(data.load_meta(data.dataset_dir(cfg.dataset)))
     except data.DataError:

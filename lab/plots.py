@@ -1,7 +1,5 @@
-"""
-Pictures for compare.py (matplotlib, optional): loss curves with the difference to vanilla,
-attention entropy and token similarity per layer, learned lambdas, loss against model size.
-"""
+"""Pictures for compare.py (matplotlib, optional): loss curves with the difference to vanilla,
+attention entropy and token similarity per layer, learned lambdas, loss against model size."""
 import os
 import textwrap
 
@@ -27,8 +25,7 @@ TEXT, SMALL, LINE = 13, 11, 2.0
 
 def label(name, note=None):
     """A variant as a class reads it: 'resformer:lambda_1=2:lambda_2=1' -> 'ResFormer, λ = 2',
-    'svformer_kv1' -> 'SVFormer, 1 KV head' (the tables keep the exact name); a note (such as
-    '85% of the tokens') replaces the settings."""
+    'svformer_kv1' -> 'SVFormer, 1 KV head'; a note ('85% of the tokens') replaces the settings."""
     base, *settings = name.split(":")
     settings = [] if note else settings
     mode = max((m for m in VALUE_MODES if base.startswith(m)), key=len, default=None)
@@ -63,35 +60,28 @@ def pyplot(quiet=False):
 
 
 def save(plt, fig, path):
-    """Grid, readable text sizes, each axes' legend outside it (to the right: a legend never
-    covers a line), the figure widened by the widest legend so the axes keep their room."""
+    """Grid, readable text sizes, each axes' legend right of it (a legend never covers a line),
+    its entries wrapped to 34 characters, the figure widened by the widest legend."""
+    widest = 0.0
     for ax in fig.axes:
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=SMALL)
         for text in (ax.xaxis.label, ax.yaxis.label):
             text.set_fontsize(max(text.get_fontsize(), SMALL))
         ax.title.set_fontsize(max(ax.title.get_fontsize(), TEXT))
-    legend_outside(fig)
+    for ax in fig.axes:
+        handles, labels = ax.get_legend_handles_labels()
+        if handles:
+            legend = ax.legend(handles, [textwrap.fill(text, 34) for text in labels],
+                               loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0,
+                               fontsize=SMALL, frameon=False, labelspacing=0.6)
+            widest = max(widest, legend.get_window_extent(fig.canvas.get_renderer()).width)
+    if widest:
+        fig.set_figwidth(fig.get_figwidth() + widest / fig.dpi + 0.2)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
-
-
-def legend_outside(fig, width=34):
-    """Each axes' legend right of its axes, its entries wrapped to `width` characters, and the
-    figure widened by the widest legend."""
-    widest = 0.0
-    for ax in fig.axes:
-        handles, labels = ax.get_legend_handles_labels()
-        if not handles:
-            continue
-        legend = ax.legend(handles, [textwrap.fill(text, width) for text in labels],
-                           loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0,
-                           fontsize=SMALL, frameon=False, labelspacing=0.6)
-        widest = max(widest, legend.get_window_extent(fig.canvas.get_renderer()).width)
-    if widest:
-        fig.set_figwidth(fig.get_figwidth() + widest / fig.dpi + 0.2)
 
 
 def token_units(x, _=None):
@@ -102,15 +92,9 @@ def token_units(x, _=None):
     return f"{x:.0f}"
 
 
-def layer_axis(plt, ax, n_layer):
-    ax.set_xlabel("layer")
-    ax.set_xticks(range(1, n_layer + 1))
-
-
 def write_all(root, results, search=None, escape_loss=0.0, unit="token"):
-    """Every picture compare.py makes; returns the paths written. unit: what the loss is per
-    (nats per "byte" for the byte tokenizer, else per "token"). The noise floor's runs
-    (analysis.FLOOR: vanilla again) are the grey band of the difference panels, not a variant."""
+    """Every picture compare.py makes; returns the paths written. unit: the loss is nats per
+    "byte" or per "token". The noise floor's runs are the difference panels' grey band."""
     plt = pyplot(quiet=True)  # (compare said so at its start)
     if plt is None:
         return []
@@ -126,13 +110,13 @@ def write_all(root, results, search=None, escape_loss=0.0, unit="token"):
              "higher = tokens more alike, over-smoothed", (-1, 1))):
         fig, ax = plt.subplots(figsize=(6, 4))
         for name, r in variants.items():
-            layers, mean, std = (np.arange(1, len(r[key]) + 1), np.array(r[key]),
-                                 np.array(r[key + "_std"]))
+            mean, std = np.array(r[key]), np.array(r[key + "_std"])
+            layers = np.arange(1, len(mean) + 1)
             line, = ax.plot(layers, mean, marker="o", ms=4, lw=LINE,
                             label=label(name, r.get("note")))
             ax.fill_between(layers, np.clip(mean - std, low, high), np.clip(mean + std, low, high),
                             color=line.get_color(), alpha=0.15)
-        layer_axis(plt, ax, max(len(r[key]) for r in variants.values()))
+        ax.set(xlabel="layer", xticks=range(1, max(len(r[key]) for r in variants.values()) + 1))
         title = f"{key.replace('_', ' ').capitalize()} per layer: {note} (band: ±1 std, seeds)"
         ax.set(ylabel=ylabel, title="\n".join(textwrap.wrap(title, 56)))
         written.append(save(plt, fig, os.path.join(root, f"{key}.png")))
@@ -143,13 +127,15 @@ def write_all(root, results, search=None, escape_loss=0.0, unit="token"):
             for kind, by_layer in kinds.items():
                 layers = sorted(by_layer)
                 values = np.array([by_layer[layer] for layer in layers])
-                parts = (["λ1", "λ2"] if kind == "value_lambdas" else [kind] if values.shape[1] == 1
-                         else [f"{kind}[{i}]" for i in range(values.shape[1])])
+                width = values.shape[1]
+                parts = (["λ1", "λ2"] if kind == "value_lambdas" else [kind] if width == 1
+                         else [f"{kind}[{i}]" for i in range(width)])
                 for i, part in enumerate(parts):
                     ax.plot(layers, values[:, i], marker="os^v"[i % 4], lw=LINE,
                             label=f"{label(name)}: {part}")
         ax.axhline(0.5, color="gray", ls="--", lw=1.5, label="the start: 0.5")
-        layer_axis(plt, ax, max(max(b) for k in learned.values() for b in k.values()))
+        n_layer = max(max(b) for k in learned.values() for b in k.values())
+        ax.set(xlabel="layer", xticks=range(1, n_layer + 1))
         ax.set(ylabel="learned value", title="Learned mixing weights by layer (mean over seeds)")
         written.append(save(plt, fig, os.path.join(root, "mixing.png")))
     if vanilla_curve(results):
@@ -158,9 +144,7 @@ def write_all(root, results, search=None, escape_loss=0.0, unit="token"):
 
 
 def seed_gaps(r, base):
-    """(steps, [seed][step]) of a variant's per-seed differences to vanilla on the same seed,
-    at the evaluations both have (a shorter variant: its own steps); None without a shared
-    seed."""
+    """(steps, [seed][step]) of a variant's per-seed differences to vanilla; None if none."""
     n = min(len(r["steps"]), len(base["steps"]))
     if list(r["steps"][:n]) != list(base["steps"][:n]):
         return None
@@ -170,8 +154,7 @@ def seed_gaps(r, base):
 
 
 def floor_band(results):
-    """(steps, half-width) of the noise floor: at each evaluation the largest |nudged vanilla -
-    vanilla| over the floor's seeds (analysis.FLOOR, the same seed); None without its runs."""
+    """(steps, half-width) of the noise floor: the largest |nudged - vanilla| at each step."""
     if FLOOR not in results or "vanilla" not in results:
         return None
     gaps = seed_gaps(results[FLOOR], results["vanilla"])
@@ -190,18 +173,13 @@ def seeds_said(results):
 
 
 def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
-    """Val loss against steps (mean over seeds, min-max band with 2+ seeds; a triangle where the
-    variant left the early plateau, on average), and with vanilla a second panel: the paired
-    difference to vanilla at each evaluation (bold: the mean, thin: each seed), so close
-    curves stay readable, around a grey band: how far rounding alone moved vanilla (the noise
-    floor, analysis.FLOOR's runs; not a line of its own: it is vanilla again). Axes start where
-    the curves compare: the first evaluations (loss 4-7, before the plateau) would squash the
-    rest. unit: the loss is in nats per byte or per token."""
+    """Val loss against steps (mean over seeds, min-max band with 2+ seeds; a triangle where a
+    variant left the early plateau) and, with vanilla, the paired difference to it (bold: mean,
+    thin: each seed) around the noise floor's grey band; axes skip the first evaluations."""
     base = results.get("vanilla")
     variants = {n: r for n, r in results.items() if n != FLOOR} or results  # (the floor alone)
     if base is None:
-        fig, top = plt.subplots(figsize=(8, 4.8))
-        bottom = None
+        (fig, top), bottom = plt.subplots(figsize=(8, 4.8)), None
     else:
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7.6), sharex=True,
                                           gridspec_kw={"height_ratios": [3, 2]})
@@ -210,9 +188,8 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
         steps, curves = np.array(r["steps"]), np.array(r["curves"])
         keep = steps > 0  # step 0 (loss ~ log vocab) would flatten everything else
         left = [e[0] for e in r.get("escape", []) if e]
-        stalled = escape_loss and len(left) < len(r.get("escape", []))  # say so in the legend
         stalled = (f" (left the plateau on {len(left)} of {len(r['escape'])} seeds)"
-                   if stalled else "")
+                   if escape_loss and len(left) < len(r.get("escape", [])) else "")
         line, = top.plot(steps[keep], curves.mean(0)[keep], marker="o", ms=3, lw=LINE,
                          label=label(name, r.get("note")) + stalled)
         colors[name] = line.get_color()
@@ -266,8 +243,9 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
                 low_off = bool(inner and spread[0].min() < spread[1].min() - span)
                 high_off = bool(inner and spread[-1].max() > spread[-2].max() + span)
                 gaps += [spread[1 if low_off else 0], spread[-2 if high_off else -1]]
-                off = ([f"the lowest runs below the axis, {spread[0].min():.2f} at worst"] * low_off
-                       + [f"the highest above it, {spread[-1].max():+.2f} at worst"] * high_off)
+                below = f"the lowest runs below the axis, {spread[0].min():.2f} at worst"
+                above = f"the highest above it, {spread[-1].max():+.2f} at worst"
+                off = ([below] if low_off else []) + ([above] if high_off else [])
                 n_other = len(other["final"])
                 bottom.plot([], [], color=colors[name], lw=1.2, ls="--",
                             label=f"{label(name)}: lowest and highest of {n_other} other seeds "
@@ -310,27 +288,21 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
         if high > low:
             bottom.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
         said = ((["bold = mean, thin = each seed"] if several else ["one seed"] if gaps else [])
-                + ([f"dashed = lowest and highest of {calibrated} other seeds"] * bool(calibrated))
-                + (["grey = rounding alone"] if band else []))
-        title = "Difference to vanilla on the same seed (below 0 = better)" + (
-            "\n" + "; ".join(said) if said else "")
-        bottom.set(ylabel=f"minus vanilla (nats per {unit})",
-                   title=title)
+                + ([f"dashed = lowest and highest of {calibrated} other seeds"] if calibrated
+                   else []) + (["grey = rounding alone"] if band else []))
+        bottom.set(ylabel=f"minus vanilla (nats per {unit})", title="Difference to vanilla on the "
+                   "same seed (below 0 = better)" + ("\n" + "; ".join(said) if said else ""))
     return save(plt, fig, path or os.path.join(root, "loss.png"))
 
 
 def note(name):
-    """The note compare.py gives a variant in the pictures (label's note): the noise floor's
-    run says what it is; None for the others."""
+    """The note compare.py gives a variant (label's note): the noise floor's says what it is."""
     return "nudged one rounding step: the noise floor" if name == FLOOR else None
 
 
 def live_loss(root, grid, escape_loss=0.0, unit="token", calibration=None):
-    """loss.png redrawn from the logs of the runs so far (compare.py calls it every 30 s while
-    they train): each variant over the seeds that have started, up to the step all of them
-    reached, with the final picture's triangles (each run's escape, on the steps drawn), notes,
-    units and noise floor (once its run has evaluations). Written to a temporary file and
-    renamed, so a viewer never sees half a picture."""
+    """loss.png redrawn from the runs' logs so far (every 30 s while they train), up to the step all
+    of a variant's started seeds reached; written elsewhere, then renamed: never half a picture."""
     plt = pyplot(quiet=True)
     runs, per_step = {}, None
     for (name, seed, point), cfg in grid:
@@ -390,10 +362,9 @@ def lr_figure(plt, root, search, unit="token"):
 
 
 def curve_figure(plt, root, results, unit="token"):
-    """The paper's measure as a picture: vanilla's final loss at each size (dots: seeds), the
-    line through them, and each variant at its own parameters with an arrow along the line to
-    the vanilla size that matches it; where the sizes do not lie on one line (the table's rule),
-    their means joined, each variant a point, and no arrow."""
+    """The paper's measure: vanilla's final loss at each size (dots: seeds), the line through
+    them, each variant with an arrow along it to the vanilla size that matches it; where the
+    sizes do not lie on one line, their means joined and no arrow."""
     curve = vanilla_curve(results)
     (a, b), sizes = curve["line"], curve["sizes"]
     fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -1,10 +1,6 @@
-"""
-compare.py's runs: each is `python train.py` in its own folder (the noise floor's through
-lab.nudged), then `python -m lab.evaluate` in the same slot, `jobs` side by side (each on a fixed
-number of CPU threads). A finished run is reused, and a stopped one resumed, only where its
-settings are the same and the code that trained it is today's (code_version); summary.json is a
-finished run's numbers with the analysis of its final model.
-"""
+"""compare.py's runs: each `python train.py` (the noise floor's through lab.nudged), then
+`python -m lab.evaluate`, in its own folder, `jobs` side by side on a fixed number of CPU threads,
+reused or resumed only with the same settings and today's code (code_version)."""
 import ast
 import hashlib
 import json
@@ -108,9 +104,8 @@ def progress(running, t_start):
 
 
 def settings_only(cfg):
-    """What makes two runs the same: their settings, not the folder they are in (and without
-    learned lambdas, their learning rate changes nothing). A setting gained after a run was
-    recorded counts at its default."""
+    """What makes two runs the same: their settings, not their folder (nor, without learned
+    lambdas, lambda_lr_scale); a setting added since a run was recorded counts at its default."""
     cfg = {**{k: spec[0] for k, spec in TRAIN_SETTINGS.items() if k not in ACTIONS},
            "nudge": 0, **cfg}
     return {k: v for k, v in cfg.items() if k != "out_dir" and (
@@ -118,8 +113,7 @@ def settings_only(cfg):
 
 
 def same_run(cfg, run_dir, theirs):
-    """Whether theirs (the settings a folder's run was made with) are cfg's; other settings are
-    refused in one line naming them, never replaced: that folder holds someone's results."""
+    """Whether a folder's run has cfg's settings; others are refused by name, never replaced."""
     mine, theirs = settings_only(cfg), settings_only(theirs)
     differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
     if differ:
@@ -131,8 +125,7 @@ def same_run(cfg, run_dir, theirs):
 
 
 def finished(cfg, run_dir, threads=None):
-    """The run's summary if it finished (with exactly these settings, and on these many threads
-    if given: others are refused)."""
+    """The run's summary if it finished with these settings (and threads, if given), or None."""
     path = os.path.join(run_dir, "summary.json")
     if not os.path.isfile(path):
         return None
@@ -153,8 +146,7 @@ def finished(cfg, run_dir, threads=None):
 
 
 def command(cfg, run_dir):
-    """(the commands of one run: train.py, then lab.evaluate; whether it resumes): a stopped run
-    of these settings goes on from its checkpoint, one of other settings is refused."""
+    """([train.py's command, lab.evaluate's], resuming); a run of other settings is refused."""
     program = ["-m", "lab.nudged", f"--nudge={cfg['nudge']}"] if cfg.get("nudge") else [TRAIN_PY]
     train = [sys.executable, *program, f"--out_dir={cfg['out_dir']}"] + [
         f"--{k}={v}" for k, v in settings_only(cfg).items() if k in TRAIN_SETTINGS]
@@ -167,11 +159,9 @@ def command(cfg, run_dir):
 
 
 def by_other_code(run_dir, today, force=False):
-    """Why the run in run_dir is not today's code's (its code version, in summary.json or in
-    code.json while it trains, is another), or None; force: reused all the same (said in
-    results.md). A folder with neither a summary nor a checkpoint holds nothing to reuse (a run
-    that failed at once): None, and it trains again in place, its train.out keeping the failed
-    attempt."""
+    """Why the run in run_dir is not today's code's (summary.json's or code.json's code version is
+    another), or None; force: reused all the same. A folder with neither a summary nor a checkpoint
+    holds nothing to reuse (a run that failed at once): None, it trains again in place."""
     summary, code = (os.path.join(run_dir, name) for name in ("summary.json", "code.json"))
     if os.path.isfile(summary):
         theirs = json.load(open(summary)).get("code")
@@ -185,20 +175,17 @@ def by_other_code(run_dir, today, force=False):
 
 
 def set_aside(run_dir, why):
-    """A run of other code is kept, renamed, never overwritten: run_dir.other-code-N/, the first
-    N free, so each earlier one keeps its own name."""
+    """A run of other code is kept, renamed to run_dir.other-code-N/ (the first N free)."""
     n = 1
-    while os.path.exists(f"{run_dir.rstrip(os.sep)}.other-code-{n}"):
+    while os.path.exists(aside := f"{run_dir.rstrip(os.sep)}.other-code-{n}"):
         n += 1
-    aside = f"{run_dir.rstrip(os.sep)}.other-code-{n}"
     os.replace(run_dir, aside)
     print(f"not reused: {run_dir} was trained by other code ({why}); moved to {aside}, trained "
           f"again", flush=True)
 
 
 def plan_line(cfg, threads, today):
-    """One run not finished yet as a shell command (a stopped one with --resume), run from the
-    project's folder by any scheduler (compare.py --plan); None for a finished run."""
+    """An unfinished run as a shell command from the project's folder (--plan); None if done."""
     if finished(cfg, cfg["out_dir"], threads) or trained_elsewhere(cfg, cfg["out_dir"]):
         return None
     os.makedirs(cfg["out_dir"], exist_ok=True)
@@ -212,8 +199,7 @@ def plan_line(cfg, threads, today):
 
 
 def trained_elsewhere(cfg, run_dir):
-    """Whether a --plan command finished this run without compare.py: its log's final entry at
-    max_iters, and its checkpoint, of these settings (others are refused)."""
+    """Whether a --plan command finished this run (its log final at max_iters, its checkpoint)."""
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
     final = [r for r in read_log(run_dir) if r["kind"] == "final"]
     return (bool(final) and final[-1]["iter"] == cfg["max_iters"] and os.path.isfile(ckpt_path)
@@ -222,8 +208,7 @@ def trained_elsewhere(cfg, run_dir):
 
 
 def hardware(device, gpus=1):
-    """'NVIDIA H200, torch ...' (with gpus, '8 x NVIDIA H200'; or 'Apple MPS') or the CPU's model
-    name and core count: where a run trained (device 'auto' as train.py resolves it)."""
+    """Where a run trained: 'NVIDIA H200, torch ...' ('8 x ...' with gpus), Apple MPS or the CPU."""
     device = data.setup_device(device, "float32")[0]
     if device.startswith("cuda"):
         return (f"{f'{gpus} x ' if gpus > 1 else ''}{torch.cuda.get_device_name(device)}, "
@@ -238,8 +223,7 @@ def hardware(device, gpus=1):
 
 
 def summarise(cfg, run_dir, samples, threads, machine=None):
-    """summary.json of a finished run: its log's numbers, the analysis of its final model, and
-    the version of the code that trained it (machine: where it trained, when not here)."""
+    """summary.json of a finished run: its log's numbers, its model's analysis, its code version."""
     log = read_log(run_dir)
     train_records = [r for r in log if r["kind"] == "train"]
     # the first window includes start-up: left out, unless it is the only one (a short run)
@@ -256,14 +240,6 @@ def summarise(cfg, run_dir, samples, threads, machine=None):
                "machine": machine or hardware(cfg["device"]), "code": recorded_code(run_dir),
                **analyse(model, heldout_windows(cfg, samples))}
     return write_json(os.path.join(run_dir, "summary.json"), summary)
-
-
-def diverged_summary(cfg, run_dir):
-    """summary.json of a run whose loss stopped being finite: a result (worse than any finite
-    loss), reused like a finished run."""
-    return write_json(os.path.join(run_dir, "summary.json"), {
-        "config": cfg, "status": "diverged", "val_loss_full": None,
-        "code": recorded_code(run_dir), "machine": hardware(cfg["device"])})
 
 
 def recorded_code(run_dir):
@@ -284,11 +260,9 @@ def final_loss(summary):
 
 
 def why_failed(out_path, start=0):
-    """The rest of a failed run's FAILED line: why, from its output (train.out from byte start,
-    this attempt's). A user's mistake is train.py's one line ('error: ...'), shown alone. A bug
-    shows where to look: its traceback's innermost frame in this project's files (a student's
-    model.py line, not torch's or Python's) with the code there, the error, and where the whole
-    traceback is. Anything else: the output's last lines, and where the rest is."""
+    """The rest of a failed run's FAILED line, from this attempt's output (train.out from byte
+    start): a user's mistake is train.py's 'error: ...' line; a bug, its traceback's innermost frame
+    in this project's files with its code and the error; else the output's last lines."""
     try:
         with open(out_path, "rb") as f:
             f.seek(start)
@@ -330,8 +304,7 @@ def gpu_ids(count):
 
 
 def reusable(grid, threads, samples, today, force=False):
-    """(summaries of the finished runs of today's code, the runs to train): a run of other code
-    is set aside (its folder renamed, never overwritten) and trained again."""
+    """(summaries of today's code's finished runs, runs to train); other code is set aside."""
     summaries, todo = {}, []
     for key, cfg in grid:
         run_dir = cfg["out_dir"]
@@ -351,18 +324,15 @@ def reusable(grid, threads, samples, today, force=False):
 
 
 def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, force=False):
-    """Train every (key, cfg) not finished yet, `jobs` at a time, each on `threads` CPU threads
-    (a fixed count: the numbers then do not depend on jobs), and with gpus, each on one GPU
-    (CUDA_VISIBLE_DEVICES), the one running the fewest; each run's slot runs train.py, then
-    lab.evaluate. Returns (summaries by key, interrupted, failed). today: code_version() of
-    today's code (force: reuse runs of other code too); on_progress() is called every 30 s."""
+    """Train every (key, cfg) not finished, `jobs` at a time, each on `threads` CPU threads (a fixed
+    count: the numbers do not depend on jobs) and with gpus on the GPU running the fewest. Returns
+    (summaries by key, interrupted, failed); force: reuse other code's runs; on_progress(): 30 s."""
     summaries, todo = reusable(grid, threads, samples, today, force)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads),
            "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     running, t_start, interrupted, failed, gpu_of = [], time.time(), False, [], {}
     n_total = len(todo)
-    # each run's train.out size at its start: a failure shows this attempt's output, not an
-    # earlier one's
+    # Each run's train.out size at its start, so a failure shows this attempt's output alone.
     said, out_sizes = time.time(), {}
     drawn = time.time()  # the live picture's own clock: runs that start do not postpone it
 
@@ -414,7 +384,10 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
             elif process.returncode in (0, 130):
                 interrupted = True
             elif any(r["kind"] == "diverged" for r in read_log(cfg["out_dir"])):
-                summaries[key] = diverged_summary(cfg, cfg["out_dir"])
+                # A result (worse than any finite loss), reused like a finished run.
+                summaries[key] = write_json(os.path.join(cfg["out_dir"], "summary.json"), {
+                    "config": cfg, "status": "diverged", "val_loss_full": None,
+                    "code": recorded_code(cfg["out_dir"]), "machine": hardware(cfg["device"])})
                 print(f"    diverged {cfg['out_dir']} (counts as worse than any finite loss)" +
                       progress(running, t_start), flush=True)
             else:

@@ -1,13 +1,9 @@
-"""python -m lab.stamp --from=REV [--steps=N] FOLDER [FOLDER ...]: after a refactor, give the
-committed records that REV's code trained today's code version, where today's code computes what
-REV's did. For each variant (a record's settings, its seed and folder aside) one run, its first
-seed, is trained again on this machine twice: by REV's code (checked out into a temporary folder)
-and by today's, for its first N steps (default: all of them) and scored on the whole validation
-split at that step. Only where the two log every loss equal, to the last digit, are all of that
-variant's records stamped with today's version. Both runs on one machine: the records' own CPU
-need not be this one. A record is taken as REV's when it carries REV's code version, or none at
-all (it predates code versions: naming REV, the maintainer says which code made it). Says per
-variant what it found."""
+"""python -m lab.stamp --from=REV [--steps=N] FOLDER [FOLDER ...]: after a refactor, stamp the
+records REV's code trained (carrying REV's code version, or none) with today's, where today's code
+computes what REV's did: per variant, its first seed is trained again on this machine (the records'
+CPU need not be this one) by REV's code and today's, for N steps (default: all), scored on the
+whole val split; only where both log every loss equal to the last digit are that variant's records
+stamped. Says per variant what it found."""
 import json
 import os
 import shlex
@@ -34,8 +30,7 @@ def losses(log):
 
 
 def variants(folders, today, theirs):
-    """{settings: [(summary path, summary)]} of the records of REV's code (code version theirs or
-    none), across the folders; records already of today's version are left as they are."""
+    """{settings: [(summary path, summary)]} of REV's records (version theirs or none, not ours)."""
     found = {}
     for folder in folders:
         if not os.path.isdir(folder):
@@ -99,8 +94,7 @@ def stamp(folders, rev, steps=0, jobs=2):
 
 
 def judge(records, outs, today, steps):
-    """Stamps one variant's records where its two check runs (in outs) logged the same losses;
-    the runs are deleted then, or else kept to be looked at."""
+    """Stamps a variant's records where its check runs' losses agree (then deletes the runs)."""
     alike = losses(read_log(outs[0])) == losses(read_log(outs[1])) != []
     name = os.path.basename(os.path.dirname(records[0][0]))
     print(f"{name} and {len(records) - 1} other record(s) of its settings: trained again "

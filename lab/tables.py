@@ -1,9 +1,6 @@
-"""
-Tables for compare.py: results.md (what a reader sees) and results.json (everything, for
-re-analysis): the paired comparison, the in-run crossing, cache bytes and speed, attention entropy
-and token similarity per layer, learned mixing weights, the paper's protocol, and the
-learning-rate search.
-"""
+"""Tables for compare.py: results.md (what a reader sees) and results.json (everything, for
+re-analysis): the paired comparison, the in-run crossing, costs, the analysis measures per layer,
+learned mixing weights, the paper's protocol, and the learning-rate search."""
 import json
 import os
 from fractions import Fraction
@@ -45,7 +42,8 @@ def headline(results, info):
     compared = {n: r for n, r in results.items() if r.get("paired") and n != FLOOR}
     if not compared:
         return "**Verdict: nothing to compare with vanilla.**"
-    if len(next(iter(compared.values()))["paired"]["differences"]) == 1:
+    n = len(next(iter(compared.values()))["paired"]["differences"])
+    if n == 1:
         return one_seed_verdict(results, compared, info, floor, unit)
     said_floor = ("" if floor is None else
                   f" Rounding alone (vanilla with its initial weights nudged one float32 step: "
@@ -67,7 +65,6 @@ def headline(results, info):
     said = [", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1]
             + (" is " if len(names) == 1 else " are ") + what
             for what, names in groups.items() if names]
-    n = len(next(iter(compared.values()))["paired"]["differences"])
     return (f"**Verdict on {plural(n, 'seed')} at {info.get('steps', '?')} steps (final val "
             f"loss, nats per {unit}, variant - vanilla per seed, 95% interval; beyond noise: the "
             f"interval excludes 0 and the mean exceeds the rounding floor; the count of seeds "
@@ -76,9 +73,8 @@ def headline(results, info):
 
 
 def one_seed_verdict(results, compared, info, floor, unit):
-    """One seed: each difference with where it fell on other seeds (the calibration: inside
-    their range or not), what held on every seed, and what rounding alone did, as what another
-    CPU does; no claim beyond those."""
+    """One seed: each difference with where it fell on the calibration's other seeds, what held
+    on every seed, and what rounding alone did (what another CPU does); no claim beyond those."""
     cal = info.get("calibration") or {}
     n_cal = len(cal.get("seeds") or [])
     lines = [f"**Verdict: one seed ({info['seeds'][0]}), so each difference is one draw.** "
@@ -127,8 +123,7 @@ def one_seed_verdict(results, compared, info, floor, unit):
 
 
 def search_table(search, seeds):
-    """The learning-rate search as markdown: mean final loss per lr and variant, the best in
-    bold, whether it is bracketed, and how wide the good range is."""
+    """The lr search as markdown: mean loss per lr, the best, bracketed, the good range."""
     lrs = sorted({lr for by_lr in search.values() for lr in by_lr})
     md = [f"\n## Learning-rate search (seeds {seeds}, never the reported ones)\n",
           "Mean final val loss over the search seeds at each peak lr (min_lr follows; "
@@ -169,8 +164,7 @@ def lr_said(info, search):
 
 
 def write_tables(root, results, paper, info, search=None):
-    """results.json (everything) and results.md (what a reader sees); paper: under --tune,
-    every variant at vanilla's best lr (the paper's protocol), as per_mode's results."""
+    """results.json and results.md; paper: per_mode's results at vanilla's best lr (--tune)."""
     with data.atomic_write(os.path.join(root, "results.json"), "w") as f:
         json.dump({"info": info, "modes": results, "paper_protocol": paper,
                    "vanilla_curve": vanilla_curve(results),
@@ -274,8 +268,7 @@ def write_tables(root, results, paper, info, search=None):
 
 
 def one_seed_cell(r):
-    """A one-seed row's verdict, in the calibration's terms (the rounding floor decides nothing
-    that the other seeds speak to)."""
+    """A one-seed row's verdict in the calibration's terms (the rounding floor decides nothing)."""
     (lo, hi), d, n = r["band"], r["paired"]["mean"], len(r["band_seeds"])
     return (f"inside the other {n} seeds' range" if lo <= d <= hi else
             f"outside the other {n} seeds' range: one seed is one draw")
@@ -292,9 +285,8 @@ def trained_on(info):
 
 
 def slope_interval(curve):
-    if curve["slope_interval"] is None:
-        return "one seed: no interval"
-    return "slope 95% interval [{:+.4f}, {:+.4f}]".format(*curve["slope_interval"])
+    return ("one seed: no interval" if curve["slope_interval"] is None
+            else "slope 95% interval [{:+.4f}, {:+.4f}]".format(*curve["slope_interval"]))
 
 
 def curve_table(curve, results=None):
@@ -307,12 +299,11 @@ def curve_table(curve, results=None):
     md = ["\n## Matches a vanilla model X% larger (the paper's measure)\n",
           f"Vanilla at {len(sizes)} sizes ({', '.join(f'{n} {p:,}' for n, p in sizes.items())} "
           f"parameters), seeds {curve['seeds']}: the line loss = {a:.4f} {b:+.4f} ln(params) "
-          f"({slope_interval(curve)}, the sizes' means off it by {curve['residual']:.4f} "
-          f"rms, R² {curve['r2']:.2f}). Each variant's mean final loss read off it: the vanilla "
-          f"size with that loss, as X% more than the variant's own total parameters "
-          f"(negative: a vanilla model that much smaller does as well). Interval: the seeds "
-          f"resampled, the line refitted. Per seed: each seed's own line, its own run read "
-          f"off it.\n"]
+          f"({slope_interval(curve)}, the sizes' means off it by {curve['residual']:.4f} rms, R² "
+          f"{curve['r2']:.2f}). Each variant's mean final loss read off it: the vanilla size with "
+          f"that loss, as X% more than the variant's own total parameters (negative: a vanilla "
+          f"model that much smaller does as well). Interval: the seeds resampled, the line "
+          f"refitted. Per seed: each seed's own line, its own run read off it.\n"]
     if curve["vanilla_reading"] is not None:
         md.append(f"Vanilla itself ({sizes['vanilla']:,} parameters), read off the same line, "
                   f"is as good as a vanilla model {100 * curve['vanilla_reading']:+.1f}% larger: "
@@ -344,16 +335,14 @@ def curve_table(curve, results=None):
 
 
 def poor_curve_table(curve, results):
-    """Vanilla's sizes off one line: no X% is read off. Instead every run of the measure on one
-    ladder, lowest mean loss first, so a reader sees which vanilla sizes a variant lies between
-    (and how far apart the seeds are), and the line that was fitted, for the record."""
+    """Vanilla's sizes off one line: no X% read off, but every run of the measure on one ladder,
+    lowest mean loss first (which sizes a variant lies between), and the line, for the record."""
     (a, b), seeds = curve["line"], curve["seeds"]
     md = ["\n## Matches a vanilla model X% larger (the paper's measure): not read off\n",
           f"Vanilla's mean final loss does not follow one line in ln(params) (R² "
-          f"{curve['r2']:.2f}; a larger model should be lower), seeds {seeds}: the points "
-          f"instead of a reading. The line through them would be loss = {a:.4f} {b:+.4f} "
-          f"ln(params) ({slope_interval(curve)}, the sizes' means off it by "
-          f"{curve['residual']:.4f} rms)."]
+          f"{curve['r2']:.2f}; a larger model should be lower), seeds {seeds}: the points instead "
+          f"of a reading. The line through them would be loss = {a:.4f} {b:+.4f} ln(params) "
+          f"({slope_interval(curve)}, the sizes' means off it by {curve['residual']:.4f} rms)."]
     if curve["floor_factor"]:
         f = curve["floor_factor"]
         md[-1] += (f" Rounding alone moved a final loss by up to {curve['floor']:.4f}: on that "
