@@ -29,6 +29,7 @@ results.json and (with matplotlib) pictures to out_dir.
 """
 import collections
 import os
+import sys
 import time
 
 import numpy as np
@@ -92,7 +93,7 @@ def main(argv):
     if not any(not a.startswith("-") for a in argv) and os.path.isfile(DEFAULT_PRESET):
         argv = [DEFAULT_PRESET] + list(argv)  # no preset named: the comparison preset, said
         said = next(line.strip("# \n") for line in open(DEFAULT_PRESET) if line[:1] == "#")
-        print(f"no preset named: config/compare.py ({said})", flush=True)
+        print(f"no preset named: config/compare.py ({said})", file=sys.stderr, flush=True)
     for arg in argv:  # train.py's settings that mean nothing here, each said in one line
         if arg.startswith("--") and arg[2:].partition("=")[0] in ACTIONS:
             raise ConfigError(f"compare.py takes no {arg}: the same command again reuses finished "
@@ -214,6 +215,7 @@ def checked(cfg):
         raise ConfigError(f"--noise_floor={cfg['noise_floor']}: the floor is trained on that many "
                           f"of the seeds, and --seeds names {len(seeds)}")
     calibration_folders(cfg)  # a folder named is never ignored silently
+    own_lrs(modes, cfg)  # a mistake in --lrs, said now too
     return modes, seeds, gaps
 
 

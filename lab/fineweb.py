@@ -48,8 +48,8 @@ def download(out_dir, train_shards):
             try:
                 fetch(name, path, VAL_TOKENS if "_val_" in name else None)
             except OSError as e:  # offline, the hub down, a connection lost half way
-                raise data.DataError(f"could not download {name} ({e}): the {i} files before it "
-                                     f"are kept; run the same command again") from None
+                raise data.DataError(f"could not download {name} ({e}): the files before it are "
+                                     f"kept ({i}); run the same command again") from None
         shards.append({"file": name, "split": "val" if "_val_" in name else "train",
                        "tokens": len(data.read_shard(path))})  # its header and length checked
     meta = {"name": os.path.basename(out_dir), "tokenizer": "gpt2", "vocab_size": 50257,

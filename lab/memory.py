@@ -69,6 +69,7 @@ def fit(model, cfg, free):
 
 
 def main(argv):
+    argv = [a for a in argv if a.partition("=")[0] not in ("--resume", "--overwrite")]  # (train's)
     cfg = parse_args(SETTINGS, argv, "python -m lab.memory [preset.py ...] [--gpu_memory=GB]")
     if cfg.gpu_memory:
         cards = {f"{cfg.gpu_memory} GB": CARDS.get(cfg.gpu_memory, 0.93 * cfg.gpu_memory - 0.5)}

@@ -181,11 +181,15 @@ def set_aside(run_dir, why):
         n += 1
     os.replace(run_dir, aside)
     print(f"not reused: {run_dir} was trained by other code ({why}); moved to {aside}, trained "
-          f"again", flush=True)
+          f"again", file=sys.stderr, flush=True)  # (stderr: --plan's stdout is its commands)
 
 
 def plan_line(cfg, threads, today):
-    """An unfinished run as a shell command from the project's folder (--plan); None if done."""
+    """An unfinished run as a shell command from the project's folder (--plan); None if done. A
+    run of other code is set aside first, as run_grid would."""
+    why = os.path.isdir(cfg["out_dir"]) and by_other_code(cfg["out_dir"], today)
+    if why:
+        set_aside(cfg["out_dir"], why)
     if finished(cfg, cfg["out_dir"], threads) or trained_elsewhere(cfg, cfg["out_dir"]):
         return None
     os.makedirs(cfg["out_dir"], exist_ok=True)

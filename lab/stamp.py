@@ -33,8 +33,6 @@ def variants(folders, today, theirs):
     """{settings: [(summary path, summary)]} of REV's records (version theirs or none, not ours)."""
     found = {}
     for folder in folders:
-        if not os.path.isdir(folder):
-            raise ConfigError(f"{folder}: no such folder of records")
         for entry in sorted(os.listdir(folder)):
             path = os.path.join(folder, entry, "summary.json")
             summary = json.load(open(path)) if os.path.isfile(path) else None
@@ -43,8 +41,8 @@ def variants(folders, today, theirs):
             if summary.get("code") not in (None, theirs):
                 print(f"{path}: code version {summary['code']}, not REV's ({theirs}): left alone")
                 continue
-            key = json.dumps({k: v for k, v in summary["config"].items()
-                              if k not in ("seed", "out_dir")}, sort_keys=True)
+            key = json.dumps({k: v for k, v in settings_only(summary["config"]).items()
+                              if k != "seed"}, sort_keys=True)  # (a missing key: its default)
             found.setdefault(key, []).append((path, summary))
     return found
 
@@ -57,20 +55,26 @@ def check_runs(cfg, old_root, scratch, steps):
     old_args = [sys.executable, *program, f"--out_dir={old}"] + [  # REV's own settings only
         f"--{k}={v}" for k, v in cfg.items() if k not in ("out_dir", "nudge")]
     new_args = command({**cfg, "out_dir": new}, new)[0]
-    return [([old_args], old, old_root), (new_args, new, ROOT)]
+    old_evaluate = ([[sys.executable, "-m", "lab.evaluate", f"--out_dir={old}"]]  # (REV's own,
+                    if os.path.isfile(os.path.join(old_root, "lab", "evaluate.py")) else [])
+    return [([old_args] + old_evaluate, old, old_root), (new_args, new, ROOT)]  # or train.py's)
 
 
 def stamp(folders, rev, steps=0, jobs=2):
     """Trains the check runs (jobs at a time) and stamps the variants whose losses agree."""
-    old_root = tempfile.mkdtemp(prefix="stamp-rev-")
+    missing = [folder for folder in folders if not os.path.isdir(folder)]
+    if missing:
+        raise ConfigError(f"{missing[0]}: no such folder of records")
     archive = subprocess.run(["git", "-C", ROOT, "archive", rev], capture_output=True)
     if archive.returncode:
         raise ConfigError(f"--from={rev}: not a revision of this repository "
                           f"({archive.stderr.decode().strip()})")
+    old_root = tempfile.mkdtemp(prefix="stamp-rev-")
     subprocess.run(["tar", "-x", "-C", old_root], input=archive.stdout, check=True)
     # the data: REV's prepare.py makes the plays in REV's own format; other datasets are linked
     os.makedirs(os.path.join(old_root, "data"))
-    for name in os.listdir(os.path.join(ROOT, "data")):
+    ours = os.path.join(ROOT, "data")
+    for name in os.listdir(ours) if os.path.isdir(ours) else []:
         if name != "shakespeare_byte":
             os.symlink(os.path.join(ROOT, "data", name), os.path.join(old_root, "data", name))
     subprocess.run([sys.executable, "prepare.py", "--quiet=True"], cwd=old_root, check=True)
