@@ -250,7 +250,7 @@ def test_a_lost_connection_keeps_the_files_before_it_and_the_same_command_goes_o
     assert "\n" not in str(lost.value)
     assert str(lost.value).startswith("could not download finewebedu_train_000001.bin (")
     assert "(connection reset by peer)" in str(lost.value)
-    assert str(lost.value).endswith("kept; run the same command again")
+    assert str(lost.value).endswith("the files before it are kept (1); run the same command again")
     assert sorted(os.listdir(out)) == ["finewebedu_val_000000.bin"]  # No half file, no meta.json.
     hub.lost, hub.asked = None, []
     with contextlib.redirect_stdout(io.StringIO()):
