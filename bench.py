@@ -20,7 +20,8 @@ import torch
 from torch.utils.benchmark import Measurement, Timer
 
 import data
-from configurator import ConfigError, parse_args, plural, run_main
+from data import plural
+from configurator import ConfigError, parse_args, run_main
 from lab.analysis import LOGIT_TOLERANCE, cache_logit_error, sizes
 from lab.grid import parse_list
 from model import GPT, VALUE_MODES, GPTConfig, KVCache

@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 import data
-from configurator import ConfigError, parse_args, plural, run_main
+from data import plural
+from configurator import ConfigError, parse_args, run_main
 from lab import plots, tables
 from lab.analysis import FLOOR, bands, bracketed
 from lab.grid import (best_lrs, build_grid, calibrated, calibration_folders, own_lrs, parse_list,

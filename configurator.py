@@ -1,7 +1,6 @@
-"""Every script's settings, name=(default, meaning[, (lowest, highest)]): defaults < presets <
---key=value, by argparse (--help shows the values a command would use). A preset is `key = value`
-lines read by ast.literal_eval, never run. And run_main: a user's mistake is one line, a bug its
-traceback."""
+"""Every script's settings, name=(default, meaning[, (lowest, highest)]): defaults < presets (`key =
+value` lines, read by ast.literal_eval, never run) < --key=value, by argparse. And run_main: a
+user's mistake is one line, a bug its traceback."""
 import argparse
 import ast
 import errno
@@ -16,10 +15,6 @@ class UserError(Exception):  # a mistake the user can fix (a setting, the data):
 
 class ConfigError(UserError):  # a setting's
     pass
-
-
-def plural(n, noun):  # '1 step', '1,200 steps'
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def read_preset(path):
@@ -40,16 +35,14 @@ def read_preset(path):
 def typed(key, value, spec):
     """value as its setting's type and within its limits, or one line saying what it takes."""
     (default, meaning, *limits), kind = spec, type(spec[0])
-    low, high = limits[0] if limits else (None, None)
-    try:
-        if kind is bool and str(value).lower() not in ("true", "false") or (
-                kind is int and isinstance(value, float)):
-            raise ValueError
-        value = str(value).lower() == "true" if kind is bool else kind(value)
-        if kind is float and not math.isfinite(value):  # nan compares false with every limit
+    low, high, given = *(limits[0] if limits else (None, None)), value
+    try:  # (an int takes no 2.5, a bool only true or false; nan would pass every limit)
+        value = str(given).lower() == "true" if kind is bool else kind(given)
+        if (kind is bool and str(given).lower() not in ("true", "false") or kind is int and
+                isinstance(given, float) or kind is float and not math.isfinite(value)):
             raise ValueError
     except ValueError:
-        raise ConfigError(f"--{key}={value}: must be {'a finite ' if kind is float else ''}"
+        raise ConfigError(f"--{key}={given}: must be {'a finite ' if kind is float else ''}"
                           f"{kind.__name__}, like {default!r}") from None
     if (low is not None and value < low) or (high is not None and value > high):
         raise ConfigError(f"--{key}={value}: must be " + (f"at least {low}" if high is None else
@@ -63,8 +56,7 @@ class Parser(argparse.ArgumentParser):  # a mistake is one line (run_main's), no
 
 
 def parse_args(settings, argv, usage, start=None):
-    """The settings of a command line: start (default: each setting's default), then its presets
-    (plain arguments) in order, then --key=value."""
+    """A command line's settings: start (or the defaults), its presets in order, --key=value."""
     values = {**{k: spec[0] for k, spec in settings.items()}, **(start or {})}
     for path in [a for a in argv if not a.startswith("-")]:
         for key, value in read_preset(path).items():

@@ -16,12 +16,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from configurator import ConfigError, UserError, plural
+from configurator import ConfigError, UserError
 
 DATA_ROOT = "data"
 DEFAULT_DATASET = "shakespeare_byte"  # train.py's default: what `python prepare.py` writes
 CHECKPOINT_FORMAT = "value-residual-gpt/2"  # train.py writes it; load_checkpoint checks it
 HEADERS = {(20240520, 1): np.dtype("<u2"), (20240801, 7): np.dtype("<u4")}  # (magic, version)
+
+
+def plural(n, noun):  # '1 step', '1,200 steps'
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 class DataError(UserError):

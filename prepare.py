@@ -20,7 +20,7 @@ import tempfile
 import numpy as np
 
 import data
-from configurator import ConfigError, parse_args, plural, run_main
+from configurator import ConfigError, parse_args, run_main
 
 SETTINGS = dict(
     dataset=("shakespeare", "shakespeare (the plays in corpus/); with --input, a name for your "
@@ -112,7 +112,7 @@ def write_dataset(out_dir, splits, tok, cfg, documents):
         shutil.rmtree(aside)
     if not cfg.quiet:
         print(f"{'replaced' if aside else 'wrote'} {out_dir}: {meta['train_tokens']:,} train + "
-              f"{meta['val_tokens']:,} val tokens, {plural(len(meta['shards']), 'shard')}, "
+              f"{meta['val_tokens']:,} val tokens, {data.plural(len(meta['shards']), 'shard')}, "
               f"{tok.name} (vocab {tok.vocab_size})\nnext: python train.py" + (
                   "" if out_dir == os.path.join(data.DATA_ROOT, data.DEFAULT_DATASET) else
                   f" --dataset={name if cfg.out_root == data.DATA_ROOT else out_dir}"))

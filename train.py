@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
-from configurator import ConfigError, parse_args, plural, run_main
+from configurator import ConfigError, parse_args, run_main
 from model import GPT, GPTConfig
 
 # The settings, name=(default, meaning[, (lowest, highest)]); the defaults are config/quickstart.py.
@@ -282,7 +282,7 @@ def start_run(cfg, ckpt, record, train_tokens):
               f"{cfg.value_mode}, {run['num_params'] / 1e6:.2f}M parameters, on {run['device']} "
               f"in {run['dtype']}, {step:,} tokens a step ({cfg.batch_size} x {cfg.block_size} a "
               f"micro-step, {step // (cfg.batch_size * cfg.block_size)} of them)" + (
-                  f"\nnote: {plural(cfg.max_iters, 'step')} take {tokens / train_tokens:.1f} "
+                  f"\nnote: {data.plural(cfg.max_iters, 'step')} take {tokens / train_tokens:.1f} "
                   f"times the {train_tokens:,} training tokens: the run sees them more than once"
                   if tokens > train_tokens else ""), flush=True)
     return run

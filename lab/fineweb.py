@@ -15,7 +15,8 @@ import numpy as np
 
 import compare
 import data
-from configurator import ConfigError, parse_args, plural, run_main
+from data import plural
+from configurator import ConfigError, parse_args, run_main
 
 URL = "https://huggingface.co/datasets/kjj0/finewebedu10B-gpt2/resolve/main/"
 VAL_TOKENS = 10 * 2**20  # the speedrun's 10,485,760

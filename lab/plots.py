@@ -5,7 +5,7 @@ import textwrap
 
 import numpy as np
 
-from configurator import plural
+from data import plural
 from model import VALUE_MODES
 
 from .runs import read_log

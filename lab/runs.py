@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 import data
-from configurator import ConfigError, plural
+from data import plural
+from configurator import ConfigError
 from model import GPT
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
 

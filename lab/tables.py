@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 
 import data
-from configurator import plural
+from data import plural
 
 from .analysis import (FLOOR, bracketed, held_on_every_seed, lr_range,
                        noise_floor, paired_stats, vanilla_curve, verdict)
