@@ -6,7 +6,7 @@
 # tables, 116M more), windows of 512 tokens, 16 x 512 x 4 micro-steps = 32,768 tokens a step,
 # 1,500 steps = 49M tokens a run (none seen twice). All variants at one peak lr, untuned: the
 # paper's protocol (a fair comparison first runs --tune). Memory (python -m lab.memory
-# config/gpu_class.py): 16 x 4 fits a 16 GB T4 with room to spare (value embeddings: about 7.7
+# config/gpu_class.py): 16 x 4 fits a 16 GB T4 with room to spare (value embeddings: about 7.6
 # GiB a step); on a 40 or 80 GB card 64 x 1 runs faster, the same tokens a step.
 # Time (1.6e17 FLOPs at an assumed 25% MFU; estimates until a GPU measures them): about 35 min
 # on an A100 and 11 on an H100 (a class period), 2.6 hours on a 24 GB card, 2.8 on a T4.
