@@ -282,8 +282,8 @@ def start_run(cfg, ckpt, record, train_tokens):
               f"{cfg.value_mode}, {run['num_params'] / 1e6:.2f}M parameters, on {run['device']} "
               f"in {run['dtype']}, {step:,} tokens a step ({cfg.batch_size} x {cfg.block_size} a "
               f"micro-step, {step // (cfg.batch_size * cfg.block_size)} of them)" + (
-                  f"\nnote: {data.plural(cfg.max_iters, 'step')} take {tokens / train_tokens:.1f} "
-                  f"times the {train_tokens:,} training tokens: the run sees them more than once"
+                  f"\nnote: {data.plural(cfg.max_iters, 'step')} read {tokens / train_tokens:.2f} "
+                  f"times the {train_tokens:,} training tokens: it sees its data more than once"
                   if tokens > train_tokens else ""), flush=True)
     return run
 

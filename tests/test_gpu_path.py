@@ -273,7 +273,7 @@ def test_the_gpu_class_takes_32768_tokens_a_step_and_49m_a_run_from_one_shard(tm
     train.start_run(cfg, None, record, 100_000_000)
     assert "32,768 tokens a step (16 x 512 a micro-step, 4 of them)\n" in capsys.readouterr().out
     train.start_run(cfg, None, record, 40_000_000)
-    assert ("note: 1,500 steps take 1.2 times the 40,000,000 training tokens: the run sees them "
+    assert ("note: 1,500 steps read 1.23 times the 40,000,000 training tokens: it sees its data "
             "more than once") in capsys.readouterr().out
 
 
@@ -281,7 +281,7 @@ def test_the_tiny_gpu_class_run_says_it_rereads_its_data_and_shows_mfu(run):
     """The MFU of the steps after the first (on a GPU, compiling): of the training alone."""
     out_dir, printed = run
     assert "256 tokens a step (4 x 16 a micro-step, 4 of them)" in printed
-    assert ("note: 4 steps take 1.3 times the 800 training tokens: the run sees them more "
+    assert ("note: 4 steps read 1.28 times the 800 training tokens: it sees its data more "
             "than once") in printed
     ckpt = data.load_checkpoint(os.path.join(out_dir, "ckpt.pt"))
     steps = [e for e in log_of(out_dir) if e["kind"] == "train"]

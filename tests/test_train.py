@@ -502,13 +502,13 @@ def test_the_start_line_notes_a_run_that_sees_its_tokens_more_than_once(tiny, pl
     monkeypatch.setattr(train, "training_step", raising(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt, match="no checkpoint yet"):
         train.main(tiny + [f"--max_iters={many}"])
-    assert (f"\nnote: {many:,} steps take {many * step / train_tokens:.1f} times the "
-            f"{train_tokens:,} training tokens: the run sees them more than once\n") in \
+    assert (f"\nnote: {many:,} steps read {many * step / train_tokens:.2f} times the "
+            f"{train_tokens:,} training tokens: it sees its data more than once\n") in \
         capsys.readouterr().out
     record = dict(tokens_per_step=step, num_params=1000, device="cpu", dtype="float32")
     for steps, noted in [(10, False), (11, True)]:  # a split of 10 steps' tokens
         train.start_run(parse(tiny + [f"--max_iters={steps}"]), None, record, 10 * step)
-        assert ("the run sees them more than once" in capsys.readouterr().out) == noted
+        assert ("it sees its data more than once" in capsys.readouterr().out) == noted
 
 
 # ---- MFU and the schedule ----
