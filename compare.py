@@ -94,7 +94,8 @@ def main(argv):
     if not any(not a.startswith("-") for a in argv) and os.path.isfile(DEFAULT_PRESET):
         argv = [DEFAULT_PRESET] + list(argv)  # no preset named: the comparison preset, said
         said = next(line.strip("# \n") for line in open(DEFAULT_PRESET) if line[:1] == "#")
-        print(f"no preset named: config/compare.py ({said})", file=sys.stderr, flush=True)
+        if "-h" not in argv and "--help" not in argv:
+            print(f"no preset named: config/compare.py ({said})", file=sys.stderr, flush=True)
     for arg in argv:  # train.py's settings that mean nothing here, each said in one line
         if arg.startswith("--") and arg[2:].partition("=")[0] in ACTIONS:
             raise ConfigError(f"compare.py takes no {arg}: the same command again reuses finished "

@@ -15,6 +15,7 @@ import math
 import os
 import random
 import shutil
+import sys
 import tempfile
 
 import numpy as np
@@ -50,9 +51,9 @@ def prepare(cfg, documents=None):
             documents = f.read().split("\f")  # a form feed between two plays
     name = f"{cfg.dataset}_{tok.name}"
     out_dir = os.path.join(cfg.out_root, name)
-    if os.path.exists(out_dir) and not cfg.overwrite:
-        raise ConfigError(f"{out_dir} exists already: train on it, or make it anew with "
-                          f"--overwrite")
+    if os.path.exists(out_dir) and not cfg.overwrite:  # kept: the README's command runs twice
+        print(f"{out_dir} is there already: kept (--overwrite makes it anew)", file=sys.stderr)
+        return out_dir
     # Each document gets an end-of-text token in front, so the model sees where one ends. Val
     # is held-out text: with enough documents, whole ones (in each run of 1/val_fraction of them
     # one at random, so 38 plays give 3 or 4); with fewer, each one's last val_fraction.

@@ -156,9 +156,10 @@ def lr_said(info, search):
     source = ("" if not named else " (all named by --lrs)" if not others else
               f" (named by --lrs for {', '.join(named)}; {', '.join(others)} at the preset's "
               f"learning_rate)")
-    if len(set(lrs.values())) == 1:
+    if len(set(lrs.values())) == 1:  # (each one's own, where --lrs named them all: the same)
         return (f"Every variant at the same peak learning rate, {next(iter(lrs.values())):g}"
-                f"{source}: one lr for all, as in the paper's protocol.\n")
+                f"{source}" + (": each one's own, found the same" if named and not others else
+                               ": one lr for all, as in the paper's protocol") + ".\n")
     return ("Each variant at its own peak learning rate (" +
             ", ".join(f"{n} {lr:g}" for n, lr in lrs.items()) + f"){source}.\n")
 
