@@ -243,23 +243,6 @@ def bench_cache(cfg, device, ptdtype):
             "expected_svformer_ratio": (L + 1) / (2 * L), "rows": rows}
 
 
-def ratios(result):
-    """Each mode's step against vanilla's, cached against uncached, SVFormer's cache bytes."""
-    tr, de, ca = result["train"], result["decode"], result["cache"]
-    out, modes = {}, tr["modes"] if tr else {}
-    for mode in modes if "vanilla" in modes else []:
-        if mode != "vanilla":
-            out[f"train_{mode}_vs_vanilla"] = (modes[mode]["ms_per_step"]
-                                               / modes["vanilla"]["ms_per_step"])
-    if de:
-        out["decode_cached_vs_uncached"] = {
-            f"{r['mode']}_b{r['batch']}_c{r['context']}": r["speedup"] for r in de["rows"]}
-    if ca:
-        out["cache_svformer_vs_vanilla"] = {str(r["n_kv_head"]): r["vs_vanilla"]
-                                            for r in ca["rows"] if r["mode"] == "svformer"}
-    return out
-
-
 def print_tables(result, cfg):
     """The tables of what was measured (the JSON has it all)."""
     print(f"\n{'mode':<12} {'params':>12} {'active/token':>13} {'FLOPs/token':>12} "
@@ -329,7 +312,6 @@ def main(argv):
     result["train"] = bench_train(cfg, device, dtype, autocast) if "train" in parts else None
     result["decode"] = bench_decode(cfg, device, autocast) if "decode" in parts else None
     result["cache"] = bench_cache(cfg, device, getattr(torch, dtype)) if "cache" in parts else None
-    result["ratios"] = ratios(result)
     result["wall_s"] = time.time() - t_start
     print_tables(result, cfg)
     if cfg["json_out"]:

@@ -243,8 +243,9 @@ def failures(failed, total=None):
 
 
 def stopped(root):
-    print(f"interrupted: finished runs are kept in {root}, stopped ones have checkpoints; "
-          f"run the same command again to continue")
+    """Ctrl-C's one line, once every run has stopped (run_grid says nothing itself); exit 130."""
+    print(f"Ctrl-C: stopped; finished runs are kept in {root}, stopped ones keep their last "
+          f"checkpoint: the same command again goes on from there", flush=True)
     return 130
 
 

@@ -1,100 +1,98 @@
-"""Every script's settings, name=(default, meaning[, (lowest, highest)]): defaults < presets (`key =
-value` lines, read by ast.literal_eval, never run) < --key=value, by argparse. And run_main: a
-user's mistake is one line, a bug its traceback."""
-import argparse
+"""
+Every script's settings, each name=(default, meaning[, lowest[, highest]]): the defaults,
+then the preset files named (config/*.py, whose `key = value` lines are read, never run),
+then --key=value. And run_main: a user's mistake is one line, a bug its traceback.
+"""
 import ast
 import errno
 import math
 import os
 import sys
+from types import SimpleNamespace
 
 
-class UserError(Exception):  # a mistake the user can fix (a setting, the data): one line
-    pass
+class UserError(Exception):
+    """A mistake the user can fix (a setting, the data): said in one line."""
 
 
-class ConfigError(UserError):  # a setting's
-    pass
+class ConfigError(UserError):
+    """A mistake in the settings."""
 
 
 def read_preset(path):
     """The `key = value` lines of a preset file, as a dict."""
     if not os.path.isfile(path):
-        raise ConfigError(f"no preset file {path} (presets live in config/)")
+        raise ConfigError(f"no preset file {path} (the presets are in config/)")
     settings = {}
     try:
-        for node in ast.parse(open(path).read(), filename=path).body:
+        for node in ast.parse(open(path).read()).body:
             if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)):
-                raise ConfigError(f"{path}:{node.lineno}: presets hold only `key = value` lines")
+                raise ValueError
             settings[node.targets[0].id] = ast.literal_eval(node.value)
-    except (SyntaxError, ValueError) as e:
-        raise ConfigError(f"{path}: a line is not `key = literal` ({type(e).__name__})") from None
+    except (SyntaxError, ValueError):
+        raise ConfigError(f"{path}: a preset holds only `key = value` lines") from None
     return settings
 
 
 def typed(key, value, spec):
-    """value as its setting's type and within its limits, or one line saying what it takes."""
-    (default, meaning, *limits), kind = spec, type(spec[0])
-    low, high, given = *(limits[0] if limits else (None, None)), value
-    try:  # (an int takes no 2.5, a bool only true or false; nan would pass every limit)
-        value = str(given).lower() == "true" if kind is bool else kind(given)
-        if (kind is bool and str(given).lower() not in ("true", "false") or kind is int and
-                isinstance(given, float) or kind is float and not math.isfinite(value)):
+    """value as its setting's type, within its limits, or one line saying what it takes."""
+    default, meaning, *limits = spec
+    kind, given = type(default), value
+    try:  # an int takes no 2.5, a bool only true or false, a float no nan or inf
+        if kind is bool:
+            value = {"true": True, "false": False}[str(value).lower()]
+        elif kind is int and isinstance(value, float):
             raise ValueError
-    except ValueError:
-        raise ConfigError(f"--{key}={given}: must be {'a finite ' if kind is float else ''}"
-                          f"{kind.__name__}, like {default!r}") from None
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise ConfigError(f"--{key}={value}: must be " + (f"at least {low}" if high is None else
-                          f"between {low} and {high}") + f" ({meaning})")
+        value = kind(value)
+        if kind is float and not math.isfinite(value):
+            raise ValueError
+    except (KeyError, ValueError):
+        finite = "a finite " if kind is float else ""
+        raise ConfigError(f"--{key}={given}: must be {finite}{kind.__name__}, like {default!r}")
+    if limits and isinstance(limits[0], tuple):  # TRANSITIONAL: the old (low, high) form
+        limits = [math.inf if x is None else x for x in limits[0]]
+    low, high = (limits + [math.inf])[:2] if limits else (value, value)
+    if not low <= value <= high:
+        raise ConfigError(f"--{key}={value}: must be from {low} to {high} ({meaning})")
     return value
 
 
-class Parser(argparse.ArgumentParser):  # a mistake is one line (run_main's), not a usage block
-    def error(self, message):
-        raise ConfigError(message)
-
-
 def parse_args(settings, argv, usage, start=None):
-    """A command line's settings: start (or the defaults), its presets in order, --key=value."""
-    values = {**{k: spec[0] for k, spec in settings.items()}, **(start or {})}
-    for path in [a for a in argv if not a.startswith("-")]:
+    """A command line's settings: the defaults (or start), each preset, then --key=value."""
+    values = {key: spec[0] for key, spec in settings.items()} | (start or {})
+    presets = [arg for arg in argv if not arg.startswith("-")]
+    for path in presets:
         for key, value in read_preset(path).items():
-            if key not in settings:  # the preset's first comment says what it is for
-                said = next((line.strip("# \n") for line in open(path) if line[:1] == "#"), "")
-                raise ConfigError(f"{path}: unknown setting {key} ({said or '--help lists them'})")
+            if key not in settings:  # another script's preset, say
+                raise ConfigError(f"{path}: {key} is no setting here (--help lists them)")
             values[key] = typed(key, value, settings[key])
-    parser = Parser(usage=usage, allow_abbrev=False, add_help=False)
-    for key, (default, meaning, *_) in settings.items():
-        parser.add_argument(f"--{key}", default=values[key], help=f"{meaning} (%(default)s)",
-                            metavar=type(default).__name__.upper(),
-                            type=lambda v, k=key: typed(k, v, settings[k]),
-                            **(dict(nargs="?", const="true") if isinstance(default, bool) else {}))
-    cfg = parser.parse_args([a for a in argv if a.startswith("-") and a not in ("-h", "--help")])
-    if "-h" in argv or "--help" in argv:  # each setting with the value this command would use
-        parser.set_defaults(**vars(cfg))
-        parser.print_help()
+    for arg in [a for a in argv if a.startswith("-") and a not in ("-h", "--help")]:
+        key, has_value, value = arg.lstrip("-").partition("=")
+        if key not in settings:
+            raise ConfigError(f"{arg}: no such setting here (--help lists them)")
+        values[key] = typed(key, value if has_value else "true", settings[key])
+    if "-h" in argv or "--help" in argv:  # each setting, with the value it would have
+        print(f"usage: {usage}")
+        for key, (default, meaning, *_) in settings.items():
+            print(f"  --{key}={values[key]}  {meaning}")
         sys.exit(0)
-    return cfg
+    return SimpleNamespace(**values)
 
 
 def run_main(main):
-    """A script's `__main__`: main(argv), its int result the exit status. A user's mistake
-    (UserError, a full disk) is one line, exit 1; Ctrl-C 130; a bug: its traceback."""
+    """A script's __main__: main(argv), its int result the exit status. A user's mistake
+    (a UserError, a full disk) is one line and exit 1, Ctrl-C exit 130, a bug a traceback."""
     try:
         status = main(sys.argv[1:])
     except UserError as e:
         sys.exit(f"error: {e}")
-    except KeyboardInterrupt as e:  # under torchrun every process is stopped: rank 0 says it
-        if e.args and os.environ.get("RANK", "0") == "0":
-            print(f"Ctrl-C: stopped; {e.args[0]}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:  # the script has said what it kept
         sys.exit(130)
-    except Exception as e:
-        full = e  # a full disk, also where torch.save wraps the OSError in its own
-        while full is not None and getattr(full, "errno", 0) not in (errno.ENOSPC, errno.EDQUOT):
-            full = full.__cause__ or full.__context__
-        if full is None:
+    except Exception as e:  # a full disk too, where torch.save wraps the OSError in its own
+        while e and getattr(e, "errno", None) not in (errno.ENOSPC, errno.EDQUOT):
+            e = e.__cause__ or e.__context__
+        if not e:
             raise
-        sys.exit(f"error: no space left on device ({full.filename or 'writing'}): free some "
-                 f"space and run the command again; files written whole before are kept")
+        sys.exit(f"error: no space left on device ({e.filename or 'writing'}): free some "
+                 f"space and run the command again")
     sys.exit(status if isinstance(status, int) else 0)

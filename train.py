@@ -1,18 +1,17 @@
-"""Train a GPT in any value mode on token shards: on a laptop CPU, one GPU, or several (torchrun).
+"""
+Train a GPT in any value mode on token shards, on a laptop CPU, one GPU or several.
 
-    python prepare.py && python train.py             # the CPU quickstart: the plays, as bytes
-    python train.py --value_mode=vanilla             # any setting: --key=value (--help lists them)
-    python train.py config/gpt2_124m.py              # a preset, then overrides
-    python train.py --resume --max_iters=8000        # continue out_dir/ckpt.pt exactly, further
-    torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m.py   # 8 GPUs, same step
-
-It ends, as nanoGPT's, on its last estimate and checkpoint (every val token: lab/evaluate.py).
+    python prepare.py && python train.py       # the quickstart: the plays, as bytes
+    python train.py --value_mode=vanilla       # any setting: --key=value (--help lists them)
+    python train.py config/gpt2_124m.py        # a preset, then overrides
+    python train.py --resume --max_iters=8000  # go on from out_dir/ckpt.pt, further
+    torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m.py
 """
 import math
 import os
+import sys
 import time
-from contextlib import nullcontext
-from dataclasses import fields, replace
+from dataclasses import fields
 
 import numpy as np
 import torch
@@ -21,170 +20,182 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
 from configurator import ConfigError, parse_args, run_main
-from model import GPT, GPTConfig
+from model import GPT, MIXING_WEIGHTS, VALUE_MODES, GPTConfig
 
-# The settings, name=(default, meaning[, (lowest, highest)]); the defaults are config/quickstart.py.
+# The settings, name=(default, meaning[, lowest[, highest]]). The defaults are the
+# CPU quickstart's (config/quickstart.py says so).
 SETTINGS = dict(
     out_dir=("out", "folder for ckpt.pt and log.jsonl"),
-    eval_interval=(500, "evaluate (and save a checkpoint) every this many steps", (1, None)),
-    log_interval=(100, "print and log the training loss every this many steps", (1, None)),
-    eval_iters=(20, "batches per loss estimate", (1, None)),
-    resume=(False, "continue out_dir/ckpt.pt with its settings (only RESUMABLE ones may change)"),
-    overwrite=(False, "start afresh where out_dir holds a checkpoint (kept until the new one)"),
-    seed=(1337, "seed of the initial weights and of the training batches", (0, 2**63 - 1)),
-    dataset=(data.DEFAULT_DATASET, "data/<dataset>/ from prepare.py, or a path to such a folder"),
-    batch_size=(12, "sequences per micro-step", (1, None)),
-    block_size=(64, "tokens per sequence (the model's context length)", (1, None)),
-    gradient_accumulation_steps=(0, "micro-steps a step, all processes' (0: one each)", (0, None)),
-    n_layer=(4, "transformer blocks (this and below: GPTConfig in model.py)", (1, None)),
-    n_head=(4, "attention heads", (1, None)),
-    n_kv_head=(0, "key/value heads for grouped-query attention (0 = n_head)", (0, None)),
-    n_embd=(128, "model width", (1, None)),
-    dropout=(0.0, "dropout rate", (0.0, 0.99)),
+    eval_interval=(500, "evaluate and save a checkpoint every this many steps", 1),
+    log_interval=(100, "print the training loss every this many steps", 1),
+    eval_iters=(20, "batches per loss estimate", 1),
+    resume=(False, "go on from out_dir/ckpt.pt, with its settings"),
+    overwrite=(False, "start afresh where out_dir holds a checkpoint"),
+    seed=(1337, "seed of the initial weights and of the batches", 0, 2**63 - 1),
+    dataset=(data.DEFAULT_DATASET, "data/<dataset>/ from prepare.py, or a folder"),
+    batch_size=(12, "sequences per micro-step", 1),
+    block_size=(64, "tokens per sequence (the context)", 1),
+    gradient_accumulation_steps=(0, "micro-steps a step, of all processes (0: one each)", 0),
+    n_layer=(4, "transformer blocks", 1),
+    n_head=(4, "attention heads", 1),
+    n_kv_head=(0, "key/value heads (0: n_head)", 0),
+    n_embd=(128, "model width", 1),
+    dropout=(0.0, "dropout rate", 0.0, 0.99),
     bias=(False, "biases in Linear and LayerNorm layers"),
-    value_mode=("resformer", "vanilla, resformer, svformer or value_embed (model.py)"),
-    lambda_1=(0.5, "resformer: weight of layer 1's value V_1 in every later layer's value"),
-    lambda_2=(0.5, "resformer: weight of the layer's own value V_n (the paper's sweep: 1)"),
-    learnable_lambda=(False, "resformer: learn (lambda_1, lambda_2) per layer, from the above"),
-    lambda_lr_scale=(1.0, "the learned mixing weights' lr, as a multiple of the lr", (0.0, None)),
-    learning_rate=(3e-3, "peak learning rate (AdamW; the schedule: get_lr)", (1e-12, None)),
-    max_iters=(6000, "optimizer steps in all", (0, None)),
-    weight_decay=(0.1, "AdamW weight decay of the matrices (model.py)", (0.0, None)),
-    beta1=(0.9, "AdamW beta1", (0.0, 0.9999)),
-    beta2=(0.95, "AdamW beta2", (0.0, 0.9999)),
-    grad_clip=(1.0, "clip the gradient norm to this (0 = off)", (0.0, None)),
-    warmup_iters=(100, "linear warmup steps (a tenth of the run if it would fill it)", (0, None)),
-    lr_decay_iters=(0, "step where the cosine reaches min_lr (0 = max_iters)", (0, None)),
-    min_lr=(3e-4, "final learning rate (at most learning_rate)", (0.0, None)),
-    device=("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps"),
-    dtype=("auto", "auto (bfloat16 on GPUs that have it, float16 on older ones, else float32)"),
-    compile=(False, "torch.compile the model (GPU; slow to start)"),
+    value_mode=("resformer", "one of " + ", ".join(VALUE_MODES)),
+    lambda_1=(0.5, "resformer: the weight of V_1"),
+    lambda_2=(0.5, "resformer: the weight of V_n"),
+    learnable_lambda=(False, "resformer: learn both weights, per layer"),
+    lambda_lr_scale=(1.0, "the learned mixing weights' lr, times the lr", 0.0),
+    learning_rate=(3e-3, "peak learning rate", 1e-12),
+    max_iters=(6000, "optimizer steps", 0),
+    weight_decay=(0.1, "AdamW weight decay", 0.0),
+    beta1=(0.9, "AdamW beta1", 0.0, 0.9999),
+    beta2=(0.95, "AdamW beta2", 0.0, 0.9999),
+    grad_clip=(1.0, "clip the gradients' norm to this (0: off)", 0.0),
+    warmup_iters=(100, "steps of linear warmup", 0),
+    lr_decay_iters=(0, "step where the cosine reaches min_lr (0: max_iters)", 0),
+    min_lr=(3e-4, "final learning rate", 0.0),
+    device=("auto", "auto, cpu, cuda, cuda:N or mps"),
+    dtype=("auto", "auto, float32, bfloat16 or float16"),
+    compile=(False, "torch.compile the model"),
 )
-# Every other field of model.py's GPTConfig is a setting too, at its default there: a field you
-# add is --your_field here, and a variant in compare.py (vanilla:your_field=...) and bench.py.
-SETTINGS.update({f.name: (f.default, "a GPTConfig field (model.py)") for f in fields(GPTConfig)
-                 if f.name not in SETTINGS and f.name != "vocab_size"})
-ACTIONS = ("resume", "overwrite")  # settings of a command, not of a run: never saved
-# What a resume may change: neither the model, nor the data, nor the batches depend on them.
+# Every other field of model.py's GPTConfig is a setting too: a field you add there
+# is --your_field here, and a variant of compare.py (vanilla:your_field=...).
+for f in fields(GPTConfig):
+    if f.name != "vocab_size":  # which the dataset decides
+        SETTINGS.setdefault(f.name, (f.default, "a field of GPTConfig"))
+ACTIONS = ("resume", "overwrite")  # what a command does, not what its run is: never saved
+# What a resume may change: the model, the data and the batches do not depend on
+# them.
 RESUMABLE = ("out_dir", "max_iters", "eval_interval", "log_interval", "eval_iters",
              "lr_decay_iters", "device", "dtype", "compile")
 USAGE = "python train.py [config/preset.py ...] [--key=value ...]"
-# Under torchrun every process runs this file: RANK says which one (rank 0 writes the files).
-RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-EVAL_SEED = 1234  # the loss estimates' windows: the same every time, in every run
+# Under torchrun every process runs this file: RANK says which one (rank 0 writes
+# files).
+RANK = int(os.environ.get("RANK", 0))
+WORLD = int(os.environ.get("WORLD_SIZE", 1))
+EVAL_SEED = 1234  # the loss estimates draw the same windows every time, in every run
 
 
 def get_lr(it, cfg):
-    """A linear warmup, then a cosine down to min_lr at lr_decay_iters (0: at max_iters)."""
+    # nanoGPT's schedule: a linear warmup, then a cosine down to min_lr at
+    # lr_decay_iters. A run too short for its warmup warms up for a tenth of its
+    # steps.
     end = cfg.lr_decay_iters or cfg.max_iters
-    warmup = cfg.warmup_iters if cfg.warmup_iters < end else end // 10  # short runs warm up too
+    warmup = cfg.warmup_iters if cfg.warmup_iters < end else end // 10
     if it < warmup:
         return cfg.learning_rate * (it + 1) / (warmup + 1)
     if it >= end:
         return cfg.min_lr
-    cosine = 0.5 * (1.0 + math.cos(math.pi * (it - warmup) / (end - warmup)))  # from 1 down to 0
-    return cfg.min_lr + cosine * (cfg.learning_rate - cfg.min_lr)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * (it - warmup) / (end - warmup)))  # 1 down to 0
+    return cfg.min_lr + coeff * (cfg.learning_rate - cfg.min_lr)
 
 
 def training_step(model, optimizer, batches, grad_accum, grad_clip, amp):
-    """One AdamW step on grad_accum micro-batches (bench.py times this very step); the last loss.
-    amp: (autocast, GradScaler), the scaler on only in float16."""
+    """One AdamW step over grad_accum micro-batches; returns the last one's loss. amp is
+    (autocast, GradScaler). bench.py times this very function."""
     autocast, scaler = amp
     for micro_step in range(grad_accum):
-        # DDP averages gradients over processes in backward(): only the last micro-step needs it.
-        last = micro_step == grad_accum - 1
-        with model.no_sync() if isinstance(model, DDP) and not last else nullcontext():
-            x, y = batches.next()
-            with autocast:
-                _, loss = model(x, y)
-            # .grad sums the micro-steps' gradients: each loss / their number makes that the mean.
-            scaler.scale(loss / grad_accum).backward()
+        if isinstance(model, DDP):
+            # DDP averages the gradients of all processes in backward(): only the
+            # last micro-step needs that (nanoGPT's way to say so).
+            model.require_backward_grad_sync = micro_step == grad_accum - 1
+        x, y = batches.next()
+        with autocast:
+            _, loss = model(x, y)
+        # The gradients of the micro-steps add up: dividing makes them their mean.
+        scaler.scale(loss / grad_accum).backward()
     if grad_clip > 0:
-        # fp16: gradients carry the scaler's factor; divide it out so clipping sees the true norm.
-        scaler.unscale_(optimizer)
+        scaler.unscale_(optimizer)  # so that clipping sees the true gradients in float16
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    scaler.step(optimizer)  # AdamW's update (fp16: skipped if a gradient is not finite)
+    scaler.step(optimizer)  # in float16 the scaler skips a step whose gradients overflowed
     scaler.update()
-    optimizer.zero_grad(set_to_none=True)  # the next step's gradients start from zero
-    return loss
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
 
 
-@torch.no_grad()  # measuring needs no gradients: no graph is kept, which saves memory and time
+@torch.no_grad()
 def estimate_loss(model, batches, eval_iters, autocast):
-    """Mean loss over the same eval_iters batches of each split; eval() turns dropout off."""
-    model.eval()
+    """The mean loss over the same eval_iters batches of each split."""
+    model.eval()  # no dropout
     losses = {}
     for split, split_batches in batches.items():
         split_batches.reset()
-        total = torch.zeros((), device=model.lm_head.weight.device)  # on the device: one sync
+        total = 0.0  # a tensor from the first loss on: one wait for the GPU, at the end
         for _ in range(eval_iters):
+            x, y = split_batches.next()
             with autocast:
-                total += model(*split_batches.next())[1].float()
+                _, loss = model(x, y)
+            total += loss.float()
         losses[split] = total.item() / eval_iters
     model.train()
     return losses
 
 
 def train(cfg, ckpt=None):
-    """One run, from the start or from its checkpoint ckpt; returns (the model, the run's log)."""
+    """One run, from the start or from its checkpoint ckpt: returns the model and its log."""
     check_settings(cfg)
     device, dtype, autocast = data.setup_device(cfg.device, cfg.dtype)
     device = data.join_processes(device, WORLD)
     shards, meta = data.load_dataset(cfg.dataset)
-    model = build_model(cfg, data.padded_vocab(meta), ckpt).to(device)  # AdamW's state: there too
-    optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
-                                           (cfg.beta1, cfg.beta2), cfg.lambda_lr_scale)
-    # Each process draws its own windows (and dropout): rank 0 from the seed, another rank from
-    # (seed, rank), no plain seed's. The loss estimates use the same fixed windows every time.
-    seed = cfg.seed if RANK == 0 else int(
-        np.random.SeedSequence([cfg.seed, RANK]).generate_state(1, np.uint64)[0] >> 1)
-    torch.manual_seed(seed)
-    batches = data.Batches(shards["train"], cfg.batch_size, cfg.block_size, seed, "train", device)
-    eval_batches = {s: data.Batches(shards[s], cfg.batch_size, cfg.block_size, EVAL_SEED, s,
-                                    device) for s in shards}
-    grad_accum = cfg.gradient_accumulation_steps // WORLD or 1  # each process's micro-steps
+    raw_model = build_model(cfg, data.padded_vocab(meta), ckpt).to(device)
+    optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
+                                               (cfg.beta1, cfg.beta2), cfg.lambda_lr_scale)
+    # float16 needs the loss scaled up, so that small gradients do not round to zero.
+    scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
+    # Each process draws its own windows and dropout, from the seed plus its rank as
+    # in nanoGPT. The loss estimates draw their own fixed windows.
+    torch.manual_seed(cfg.seed + RANK)
+    batches = data.Batches(shards["train"], cfg.batch_size, cfg.block_size, cfg.seed + RANK,
+                           device)
+    eval_batches = {split: data.Batches(shards[split], cfg.batch_size, cfg.block_size,
+                                        EVAL_SEED, device) for split in shards}
+    # gradient_accumulation_steps counts the micro-steps of all processes together.
+    grad_accum = max(1, cfg.gradient_accumulation_steps // WORLD)
     run = start_run(cfg, ckpt, dict(  # what a checkpoint holds beside the weights
-        model_args=vars(model.config), world=WORLD, device=device, dtype=dtype,
+        model_args=vars(raw_model.config), world=WORLD, device=device, dtype=dtype,
         tokens_per_step=cfg.batch_size * cfg.block_size * grad_accum * WORLD,
-        num_params=model.num_params(), flops_per_token=model.flops_per_token(cfg.block_size),
-        peak_flops=data.peak_flops(device, dtype),
-        tokenizer={k: meta[k] for k in ("tokenizer", "vocab_size", "eot")}),
-        sum(len(s) for s in shards["train"]))
-    if ckpt:  # AdamW's moments, and this process's random numbers and place in its batches
+        num_params=raw_model.num_params(),
+        flops_per_token=raw_model.flops_per_token(cfg.block_size),
+        peak_flops=data.peak_flops(device, dtype), train_tokens=sum(map(len, shards["train"])),
+        tokenizer=meta["tokenizer"]))
+    if ckpt:  # AdamW's moments, the loss scale, the random numbers and the batches' place
         optimizer.load_state_dict(ckpt["optimizer"])
+        scaler.load_state_dict(ckpt["scaler"])
         data.restore_rng(ckpt["rank_states"][RANK], batches)
-    trained = torch.compile(model) if cfg.compile else model
-    if WORLD > 1:  # DDP averages the gradients of all processes inside backward()
-        trained = DDP(trained, device_ids=[device] if device.startswith("cuda") else None)
-    # fp16 needs the loss scaled up so small gradients do not round to zero (bf16, fp32: off)
-    amp = autocast, torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
+    # model is the one that trains (compiled, in DDP); raw_model evaluates and is
+    # saved.
+    model = torch.compile(raw_model) if cfg.compile else raw_model
+    if WORLD > 1:
+        model = DDP(model, device_ids=[device] if device.startswith("cuda") else None)
 
     iter_num = start_iter = run["iter_num"]
-    t0, timed_from = time.time(), iter_num  # the clock of the steps since the last log line
-    while True:
-        # Every eval_interval steps and at the end: the loss, and a checkpoint for exact resume.
-        if (iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters) and (
-                iter_num > start_iter or iter_num == 0):
-            log_eval(run, iter_num, estimate_loss(model, eval_batches, cfg.eval_iters, autocast),
-                     model.mixing_weights())
-            if iter_num > start_iter:
-                data.save_checkpoint(run, iter_num, model, optimizer, batches)
-            t0, timed_from = time.time(), iter_num  # evaluation is not training time
-        if iter_num >= cfg.max_iters:
-            break
-        # The training step, each parameter group at the scheduled lr x its own lr_scale.
+    if iter_num == 0:  # the untrained model's loss, where every loss curve starts
+        losses = estimate_loss(raw_model, eval_batches, cfg.eval_iters, autocast)
+        log_eval(run, 0, losses, raw_model.mixing_weights())
+    t0 = time.time()
+    while iter_num < cfg.max_iters:
+        # Each parameter group steps at the scheduled lr times its own lr_scale.
         lr = get_lr(iter_num, cfg)
         for group in optimizer.param_groups:
             group["lr"] = lr * group["lr_scale"]
-        loss = training_step(trained, optimizer, batches, grad_accum, cfg.grad_clip, amp)
+        loss = training_step(model, optimizer, batches, grad_accum, cfg.grad_clip,
+                             (autocast, scaler))
         iter_num += 1
-        if iter_num == start_iter + 1 and iter_num % cfg.log_interval and iter_num < cfg.max_iters:
-            t0, timed_from = time.time(), iter_num  # the first step (compiling) is not timed
+        t1 = time.time()
+        dt, t0 = t1 - t0, t1
         if iter_num % cfg.log_interval == 0 or iter_num == cfg.max_iters:
-            log_step(run, iter_num, loss, lr, (time.time() - t0) / (iter_num - timed_from))
-            t0, timed_from = time.time(), iter_num
+            log_step(run, iter_num, loss, lr, dt)
+        # Every eval_interval steps and at the end: the loss, and a checkpoint.
+        if iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters:
+            losses = estimate_loss(raw_model, eval_batches, cfg.eval_iters, autocast)
+            log_eval(run, iter_num, losses, raw_model.mixing_weights())
+            run["iter_num"] = iter_num
+            data.save_checkpoint(run, raw_model, optimizer, scaler, batches)
+            t0 = time.time()  # evaluating is not training time
     finish(run, iter_num, iter_num > start_iter)
-    return model, run["log"]
+    return raw_model, run["log"]
 
 
 def main(argv):
@@ -193,148 +204,138 @@ def main(argv):
         cfg, ckpt = resume_settings(cfg, argv)
     try:
         train(cfg, ckpt)
-    except KeyboardInterrupt:  # Ctrl-C: run_main says what is kept and how to go on, exits 130
-        raise KeyboardInterrupt(f"{cfg.out_dir}/ckpt.pt is kept: go on with python train.py "
-                                f"--resume --out_dir={cfg.out_dir}" if os.path.exists(
-                                    os.path.join(cfg.out_dir, "ckpt.pt")) else "no checkpoint yet")
-    except torch.OutOfMemoryError:  # a GPU's: the step tried was too large for it
-        raise ConfigError(f"out of GPU memory at batch_size {cfg.batch_size} x block_size "
-                          f"{cfg.block_size}: halve --batch_size, double --gradient_accumulation_"
-                          f"steps; what fits: python -m lab.memory {' '.join(argv)}") from None
+    except KeyboardInterrupt:  # under torchrun every process stops; rank 0 says so
+        if RANK == 0:
+            kept = os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt"))
+            print("Ctrl-C: stopped; " + (f"{cfg.out_dir}/ckpt.pt is kept: go on with python "
+                                         f"train.py --resume --out_dir={cfg.out_dir}"
+                                         if kept else "no checkpoint yet"), file=sys.stderr)
+        raise
+    except torch.OutOfMemoryError:
+        raise ConfigError(f"out of GPU memory: halve --batch_size and double "
+                          f"--gradient_accumulation_steps (python -m lab.memory "
+                          f"{' '.join(argv)} says what fits)") from None
 
 
-# ---- below: what train() uses, which a first reading can skip ----
+# ---- what train() uses, which a first reading may skip ----
 
 def check_settings(cfg):
-    """The settings that must agree with one another (GPTConfig checks the model's)."""
+    # The settings that must agree with one another (GPTConfig checks the model's).
     if cfg.min_lr > cfg.learning_rate:
         raise ConfigError(f"--min_lr={cfg.min_lr}: must be at most --learning_rate")
-    if cfg.gradient_accumulation_steps % WORLD:  # 0 (one per process) always divides
-        raise ConfigError(f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps}, "
-                          f"all processes' micro-steps, must divide by their number ({WORLD})")
+    if cfg.gradient_accumulation_steps % WORLD:
+        raise ConfigError(f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps}:"
+                          f" must divide among the {WORLD} processes")
 
 
 def resume_settings(cfg, argv):
-    """(settings, checkpoint) of a resume, as nanoGPT's: the checkpoint's settings are the run's.
-    The command line may repeat them and change only the RESUMABLE ones (not batch_size)."""
+    """The settings and checkpoint of a resume. As in nanoGPT, the run's settings are the
+    checkpoint's; the command line may repeat them, and change only the RESUMABLE ones."""
     ckpt = data.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"))
     saved = {k: ckpt["config"].get(k, spec[0]) for k, spec in SETTINGS.items()}
-    cfg = parse_args(SETTINGS, argv, USAGE, start=saved)  # its presets and --key=value on top
+    cfg = parse_args(SETTINGS, argv, USAGE, start=saved)
     changed = [f"{k} {saved[k]!r} there, {getattr(cfg, k)!r} now" for k in SETTINGS
                if k not in RESUMABLE + ACTIONS and getattr(cfg, k) != saved[k]]
     if changed:
-        raise ConfigError(f"cannot resume {cfg.out_dir}/ckpt.pt with {', '.join(changed)}: a resume"
-                          f" changes only {', '.join(RESUMABLE)} (or train anew, elsewhere)")
+        raise ConfigError(f"cannot resume {cfg.out_dir}/ckpt.pt with {', '.join(changed)}: "
+                          f"a resume changes only {', '.join(RESUMABLE)}")
     if len(ckpt["rank_states"]) != WORLD:
         raise ConfigError(f"{cfg.out_dir}/ckpt.pt was written by {len(ckpt['rank_states'])} "
-                          f"process(es): resume it with as many (torchrun --nproc_per_node)")
+                          f"processes: resume it with as many")
     return cfg, ckpt
 
 
 def build_model(cfg, vocab_size, ckpt=None):
-    """The run's GPT: drawn from its seed (the same in every process), or its checkpoint's."""
-    try:  # GPTConfig's own checks of the model's settings: value modes, heads, sizes
+    # The run's GPT, drawn from its seed (the same in every process), or its
+    # checkpoint's.
+    try:
         config = GPTConfig.from_dict({**vars(cfg), "vocab_size": vocab_size})
-    except ValueError as e:
+    except ValueError as e:  # a mistake in the model's settings, which GPTConfig checks
         raise ConfigError(str(e)) from None
     torch.manual_seed(cfg.seed)
     model = GPT(config)
-    if model.config.value_mode != "vanilla":
-        start_like_vanilla(model, cfg.seed)  # so a difference is the mode's, not the draw's
     if ckpt:
         try:
             model.load_weights(ckpt["model"])
-        except ValueError as e:  # model.py was edited since: a user's choice, not a bug
-            raise ConfigError(f"cannot resume {cfg.out_dir}/ckpt.pt: {e}; start anew") from None
+        except ValueError as e:  # model.py was edited since
+            raise ConfigError(f"cannot resume {cfg.out_dir}/ckpt.pt: {e}") from None
     return model
 
 
-def start_like_vanilla(model, seed):
-    """Pairing: each parameter a mode shares with vanilla starts at vanilla's draw for the seed
-    (SVFormer's c_attn: vanilla's query and key rows), so a one-seed difference is the mode's,
-    not that of draws shifted by the mode's extra or missing tensors."""
-    torch.manual_seed(seed)
-    vanilla = dict(GPT(replace(model.config, value_mode="vanilla", lambda_1=0.5, lambda_2=0.5,
-                               learnable_lambda=False)).named_parameters())
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name in vanilla and p.dim() and p.shape[1:] == vanilla[name].shape[1:]:
-                p.copy_(vanilla[name][:len(p)])
-
-
-def start_run(cfg, ckpt, record, train_tokens):
-    """The run's record (a resume's from its checkpoint), and a word on what it trains."""
-    if os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt")) and not (cfg.resume or cfg.overwrite):
-        raise ConfigError(f"{cfg.out_dir} already holds a checkpoint: continue it with --resume, "
-                          f"or train into another --out_dir (--overwrite replaces it)")
+def start_run(cfg, ckpt, record):
+    """The run's record (a resume's from its checkpoint), and a line on what it trains."""
+    if os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt")) and not (cfg.resume or
+                                                                     cfg.overwrite):
+        raise ConfigError(f"{cfg.out_dir} holds a checkpoint: go on with --resume, or train "
+                          f"into another --out_dir (--overwrite replaces it)")
     try:
         os.makedirs(cfg.out_dir, exist_ok=True)
-    except OSError as e:  # a file in the way, no permission: the user's to fix
+    except OSError as e:  # a file in the way, or no permission
         raise ConfigError(f"--out_dir={cfg.out_dir}: cannot make that folder ({e.strerror})")
-    run = {"format": data.CHECKPOINT_FORMAT, "iter_num": 0, "best_val_loss": float("inf"),
-           "val_loss": None, "log": [], **record,
-           "config": {k: v for k, v in vars(cfg).items() if k not in ACTIONS}}
-    run.update({k: ckpt[k] for k in ("iter_num", "best_val_loss", "val_loss", "log")} if ckpt
-               else {})
-    step, tokens = run["tokens_per_step"], cfg.max_iters * run["tokens_per_step"]
+    run = {"format": data.CHECKPOINT_FORMAT, "iter_num": 0, "val_loss": None, "log": [],
+           **record, "config": {k: v for k, v in vars(cfg).items() if k not in ACTIONS}}
+    if ckpt:
+        run.update({k: ckpt[k] for k in ("iter_num", "val_loss", "log")})
     if RANK == 0:
         print(f"{'resuming' if ckpt else 'training'} {cfg.out_dir} at step {run['iter_num']}: "
-              f"{cfg.value_mode}, {run['num_params'] / 1e6:.2f}M parameters, on {run['device']} "
-              f"in {run['dtype']}, {step:,} tokens a step ({cfg.batch_size} x {cfg.block_size} a "
-              f"micro-step, {step // (cfg.batch_size * cfg.block_size)} of them)" + (
-                  f"\nnote: {data.plural(cfg.max_iters, 'step')} read {tokens / train_tokens:.2f} "
-                  f"times the {train_tokens:,} training tokens: it sees its data more than once"
-                  if tokens > train_tokens else ""), flush=True)
+              f"{cfg.value_mode}, {run['num_params'] / 1e6:.2f}M parameters, on "
+              f"{run['device']} in {run['dtype']}, {run['tokens_per_step']:,} tokens a step",
+              flush=True)
+    reads = cfg.max_iters * run["tokens_per_step"] / run["train_tokens"]
+    if RANK == 0 and reads > 1:  # more than an epoch: the model sees some windows again
+        print(f"note: the run reads its {run['train_tokens']:,} training tokens {reads:.2f} "
+              f"times", flush=True)
     return run
 
 
 def log(run, iter_num, entry, line):
-    """An entry in log.jsonl and a line on stdout. A loss that is not finite stops the run."""
+    """An entry in the log and a line on stdout. A loss that is not finite stops the run."""
     run["log"].append({"iter": iter_num, **entry})
     if RANK == 0:
         print(line, flush=True)
     if not math.isfinite(entry.get("loss", entry.get("val_loss"))):
-        run["log"].append({"iter": iter_num, "kind": "diverged"})  # compare.py: a result
+        run["log"].append({"iter": iter_num, "kind": "diverged"})  # compare.py reads it
         if RANK == 0:
             data.write_log(run["config"]["out_dir"], run["log"])
         raise ConfigError(f"the loss is not finite at step {iter_num}: stopped (try a lower "
-                          f"--learning_rate); {run['config']['out_dir']}/ckpt.pt is the last good")
+                          f"--learning_rate)")
 
 
 def log_eval(run, iter_num, losses, mixing):
-    """The loss estimates, and each kind of learned mixing weight's mean."""
-    run["best_val_loss"], run["val_loss"] = min(run["best_val_loss"], losses["val"]), losses["val"]
-    kinds = {}  # 'transformer.h.3.attn.value_lambdas' is one of the kind value_lambdas
-    for name, value in mixing.items():
-        kinds.setdefault(name.rpartition(".")[2].removesuffix(":mean"), []).append(value)
+    """The loss estimates, and the mean over the layers of each learned mixing weight."""
+    run["val_loss"] = losses["val"]
+    line = f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}"
+    for kind, names in MIXING_WEIGHTS.items():  # e.g. transformer.h.3.attn.value_lambdas
+        values = [v for k, v in mixing.items() if k.rpartition(".")[2] in (kind, kind + ":mean")]
+        if values:
+            line += "".join(f", {n} {x:.2f}" for n, x in zip(names, np.mean(values, axis=0).flat))
     log(run, iter_num, {"kind": "eval", "tokens": iter_num * run["tokens_per_step"],
                         "train_loss": losses["train"], "val_loss": losses["val"],
-                        **({"mixing": mixing} if mixing else {})},
-        f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}" +
-        "".join(f", {kind} " + "/".join(f"{x:.2f}" for x in np.mean(values, axis=0).flat)
-                for kind, values in kinds.items()))
+                        **({"mixing": mixing} if mixing else {})}, line)
 
 
 def log_step(run, iter_num, loss, lr, dt):
-    """The training loss (the mean over the processes), the speed, and on a GPU its MFU."""
-    loss = loss.detach()
+    """The training loss (the mean over the processes), the speed and, on a GPU, the MFU."""
     if WORLD > 1:
-        dist.all_reduce(loss)  # the mean over the processes: all stop alike
+        dist.all_reduce(loss)
         loss /= WORLD
-    loss = loss.item()  # the one GPU sync of a logged step
-    mfu = run["peak_flops"] and (  # the FLOP/s each GPU reaches, over its peak
+    loss = loss.item()  # the one wait for the GPU in a logged step
+    tokens_per_sec = run["tokens_per_step"] / dt
+    # MFU: the FLOP/s each GPU reaches, over its peak (none on a CPU or an unknown
+    # card).
+    mfu = run["peak_flops"] and (
         run["flops_per_token"] * run["tokens_per_step"] / WORLD / dt / run["peak_flops"])
     log(run, iter_num, {"kind": "train", "loss": loss, "lr": lr, "ms_per_step": 1000 * dt,
-                        "tokens_per_sec": run["tokens_per_step"] / dt, "mfu": mfu or None},
+                        "tokens_per_sec": tokens_per_sec, "mfu": mfu or None},
         f"iter {iter_num}/{run['config']['max_iters']}: loss {loss:.4f}, lr {lr:.2e}, "
-        f"{1000 * dt:.0f} ms/step, {run['tokens_per_step'] / dt:,.0f} tok/s"
+        f"{1000 * dt:.0f} ms/step, {tokens_per_sec:,.0f} tok/s"
         + (f", MFU {100 * mfu:.1f}%" if mfu else ""))
 
 
 def finish(run, iter_num, trained):
-    """The peak GPU memory into the log, the log written, and where the checkpoint is."""
+    """The peak GPU memory into the log, the log written, and a word on the checkpoint."""
     out_dir = run["config"]["out_dir"]
-    if run["device"].startswith("cuda"):  # once: lab.memory's estimates are checked against it
+    if run["device"].startswith("cuda"):  # lab.memory's estimates are checked against it
         peak = torch.cuda.max_memory_allocated(run["device"])
         run["log"].append({"iter": iter_num, "kind": "memory", "peak_gib": peak / 2**30})
     if WORLD > 1:  # every process is done talking before any closes its connections

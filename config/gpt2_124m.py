@@ -19,7 +19,7 @@
 #   80 GB (A100, H100)           32 x 16 (30.8)      32 x 16 (38.8)
 # Time: 8.6e18 FLOPs, about 19 hours on an A100 and 6 on an H100 at 40% MFU (estimates).
 out_dir = "out-gpt2"
-dataset = "fineweb_edu_gpt2"
+dataset = "fineweb_edu_gpt2_99shards"
 batch_size = 32
 block_size = 1024
 gradient_accumulation_steps = 16

@@ -10,7 +10,7 @@
 # GiB a step); on a 40 or 80 GB card 64 x 1 runs faster, the same tokens a step.
 # Time (1.6e17 FLOPs at an assumed 25% MFU; estimates until a GPU measures them): about 35 min
 # on an A100 and 11 on an H100 (a class period), 2.6 hours on a 24 GB card, 2.8 on a T4.
-dataset = "fineweb_edu_gpt2"
+dataset = "fineweb_edu_gpt2_1shard"
 out_dir = "out-gpu-class"
 modes = "vanilla,resformer:lambda_1=2:lambda_2=1,resformer_learnable,svformer,value_embed"
 seeds = "1,2,3"

@@ -92,7 +92,8 @@ def held_on_every_seed(r, base):
 
 
 def verdict(stats, floor=None):
-    """One computed sentence: beyond noise only when the mean exceeds the rounding floor and the 95%
+    """One computed sentence: beyond noise only when the mean exceeds the rounding floor, prints
+    as more than +0.000 (a floor of 0, or none, must not make a level mean a result) and the 95%
     t interval excludes 0. The sign count decides nothing: on 8 seeds another CPU's rounding can
     turn one seed's sign, moving the sign test from 1 in 28 to 1 in 7 (seed 1342, 2026-12-06)."""
     within = floor is not None and abs(stats["mean"]) <= floor
@@ -100,10 +101,16 @@ def verdict(stats, floor=None):
         return "one seed: no interval" + (", within the rounding floor" if within else "")
     if within:
         return f"within the rounding floor (±{floor:.4f}): not a result"
+    if round(stats["mean"], 3) == 0:
+        return f"level with vanilla ({stats['mean']:+.3f}): not a result"
     lo, hi = stats["interval"]
     if hi < 0 or lo > 0:
         side = "below" if hi < 0 else "above"
         return f"{side} vanilla, beyond noise (the 95% interval excludes 0; {signs(stats)})"
+    if 2 * max(stats["wins"], sum(d > 0 for d in stats["differences"])) > stats["n"]:
+        # Most seeds on one side, yet the interval holds 0: both true, said in one clause.
+        return (f"not distinguishable from vanilla ({signs(stats)}, but by amounts too uneven "
+                f"for the 95% interval to exclude 0)")
     return f"not distinguishable from vanilla (the 95% interval includes 0; {signs(stats)})"
 
 
@@ -353,19 +360,33 @@ LOGIT_TOLERANCE = 1e-4
 
 
 @torch.no_grad()
-def cache_logit_error(model, seq, prompt_len):
-    """Largest |difference| between cached decoding's logits along seq (a prefill of prompt_len
-    tokens, then one a step) and one forward pass's, in exact float32: in bf16 other kernels'
-    rounding can flip a near-tie in greedy decoding, so equal tokens are no test there."""
+def decoded_logits(model, seq, prompt_len, use_cache, dtype=torch.float32):
+    """The logits generate() computes along seq, teacher-forced: the next token's after prompt_len
+    tokens, then after each one more. With the cache: a prefill, then one token a step, refilled
+    from the last block_size tokens once full; without: a forward over the last block_size tokens
+    each step. Under autocast to dtype; float32 exact (TF32 off)."""
+    T, steps = model.config.block_size, []
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
-        with torch.autocast(seq.device.type, enabled=False):
-            full = model.lm_head(model.hidden_states(seq))
-            cache = model.new_kv_cache(seq.size(0), dtype=torch.float32)
-            steps = [model.lm_head(model.hidden_states(seq[:, :prompt_len], cache))]
-            steps += [model(seq[:, t:t + 1], kv_cache=cache)[0]
-                      for t in range(prompt_len, seq.size(1))]
+        with torch.autocast(seq.device.type, dtype=dtype, enabled=dtype != torch.float32):
+            cache = model.new_kv_cache(seq.size(0), dtype=dtype) if use_cache else None
+            for end in range(prompt_len, seq.size(1) + 1):
+                if cache is not None and 0 < cache.length < T:
+                    fed = seq[:, end - 1:end]
+                else:  # the first step, or a full cache: the last block_size tokens anew
+                    fed = seq[:, max(end - T, 0):end]
+                    if cache is not None:
+                        cache.length = 0
+                steps.append(model(fed, kv_cache=cache)[0].float())
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
-    return (torch.cat(steps, dim=1) - full).abs().max().item()
+    return torch.cat(steps, dim=1)
+
+
+def cache_logit_error(model, seq, prompt_len, dtype=torch.float32):
+    """Largest |difference| between cached and uncached decoding's logits along seq (see
+    decoded_logits): in float32 rounding alone parts them. In bf16 other kernels' rounding can
+    flip a near-tie in greedy decoding, so equal tokens are no test there."""
+    return (decoded_logits(model, seq, prompt_len, True, dtype)
+            - decoded_logits(model, seq, prompt_len, False, dtype)).abs().max().item()

@@ -5,6 +5,7 @@ slot). Memory-safe on any GPU: the windows go through the model batch_size at a 
 own batch by default, which trained in this memory), and the logits are made and scored
 LOGITS_AT_ONCE at a time, never a whole batch's (at GPT-2's 50,304 ids, 32 x 1,024 tokens of
 logits would be 6.1 GiB in float32, and as much again for the loss's log-softmax)."""
+import json
 import os
 import sys
 import time
@@ -15,8 +16,6 @@ import torch.nn.functional as F
 import data
 from configurator import parse_args, run_main
 from model import GPT
-
-from .runs import read_log
 
 SETTINGS = dict(
     out_dir=("out", "the run's folder: its ckpt.pt and log.jsonl"),
@@ -61,8 +60,11 @@ def evaluate(out_dir, batch_size=0, device=""):
     loss, n = split_loss(model, shards["val"], batch_size or run["batch_size"], autocast)
     final = {"iter": ckpt["iter_num"], "kind": "final", "val_loss_full": loss, "val_tokens": n,
              "seconds": time.time() - t0}
-    # the log as train.py wrote it, with this step's final entry (an earlier one replaced)
-    entries = [e for e in read_log(out_dir) if e["kind"] != "final" or e["iter"] != final["iter"]]
+    # The log as train.py wrote it, with this step's final entry (an earlier one replaced).
+    # (Read here, not with lab.runs' reader, so that the code of a run imports no table code.)
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        entries = [e for e in map(json.loads, f)
+                   if e["kind"] != "final" or e["iter"] != final["iter"]]
     data.write_log(out_dir, entries + [final])
     print(f"val loss over the whole validation split ({n:,} tokens): {loss:.4f} ({out_dir}, "
           f"step {final['iter']})", flush=True)

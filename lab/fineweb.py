@@ -1,15 +1,17 @@
-"""python -m lab.fineweb [preset.py] [--train_shards=N]: FineWeb-Edu in GPT-2 tokens, as the
-GPT-2 speedrun (modded-nanogpt) publishes it in llm.c's format, into data/fineweb_edu_gpt2/: the
-val shard's first VAL_TOKENS (as the speedrun measures: lab.evaluate's pass takes a minute, not
-ten), the train shards a preset's run reads (100M tokens, about 200 MB a shard, at most 99) or
---train_shards of them, and meta.json. Each file is written whole or not at all and kept, so after
-a lost connection the same command goes on. Then: python train.py config/gpt2_124m.py."""
+"""python -m lab.fineweb [preset.py] [--train_shards=N]: FineWeb-Edu in GPT-2 tokens, as the GPT-2
+speedrun (modded-nanogpt) publishes it in llm.c's format, through huggingface_hub (pip install
+huggingface_hub), as the speedrun's own script: resumable, each file's size checked, a progress
+bar. The files go to data/fineweb_edu_gpt2/: the val shard, and the train shards (100M tokens,
+about 200 MB each, at most 99) that a preset's run reads, or --train_shards of them. A shard is
+kept only whole (its header's token count matching its size); one that is not is fetched again
+by the same command. Beside that folder, a dataset per count of train shards, e.g.
+data/fineweb_edu_gpt2_1shard/, whose meta.json names exactly those shards: a run's batches are
+drawn from all the shards its dataset names, so a preset names the dataset of its own count and
+reads the same tokens however many were downloaded before. Then: python train.py <preset>."""
 import json
 import math
 import os
-import shutil
 import sys
-import urllib.request
 
 import numpy as np
 
@@ -18,8 +20,13 @@ import data
 from data import plural
 from configurator import ConfigError, parse_args, run_main
 
-URL = "https://huggingface.co/datasets/kjj0/finewebedu10B-gpt2/resolve/main/"
-VAL_TOKENS = 10 * 2**20  # the speedrun's 10,485,760
+REPO = "kjj0/finewebedu10B-gpt2"  # a dataset on the Hugging Face hub
+VAL = "finewebedu_val_000000.bin"
+# The speedrun scores the val shard's first 10,485,760 tokens; lab.evaluate scores every token of a
+# dataset's val shards. The hub sends whole files, so the whole val shard is downloaded (and kept:
+# the hub then skips it) and its first VAL_TOKENS are written as a shard of their own, the one
+# meta.json names: the pass scores what the speedrun scores, in a tenth of the time.
+VAL_TOKENS = 10 * 2**20
 SHARD_TOKENS, SHARDS = 100_000_000, 99
 SETTINGS = dict(
     train_shards=(0, "train shards of 100M tokens (0: those the preset's run reads; without a "
@@ -36,47 +43,72 @@ def shards_needed(preset):
     return min(SHARDS, max(1, math.ceil(tokens / SHARD_TOKENS))), tokens
 
 
+def whole(path):
+    """Is path a shard whose header's token count matches its size?"""
+    try:
+        return os.path.isfile(path) and len(data.read_shard(path)) > 0
+    except data.DataError:
+        return False
+
+
+def fetch(name, out_dir):
+    """One file of the hub into out_dir, kept only whole: a part is kept by the hub, and the
+    same command goes on from it."""
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        raise data.DataError("lab.fineweb downloads through huggingface_hub: pip install "
+                             "huggingface_hub") from None
+    path = os.path.join(out_dir, name)
+    if os.path.exists(path):  # a shard not whole: the hub would keep it as it is
+        os.remove(path)
+    try:
+        hf_hub_download(repo_id=REPO, filename=name, repo_type="dataset", local_dir=out_dir)
+    except Exception as e:  # offline, the hub down, a connection lost (several libraries' errors)
+        said = (str(e).splitlines() or [""])[0]  # (the hub's messages run to several lines)
+        raise data.DataError(f"could not download {name} ({type(e).__name__}: {said}): run the "
+                             f"same command again") from None
+    if not whole(path):  # a connection that closed cleanly half way
+        os.remove(path)
+        raise data.DataError(f"{name} came cut short: run the same command again")
+
+
+def dataset_dir(out_dir, train_shards):
+    """The dataset of train_shards shards, beside out_dir: data/fineweb_edu_gpt2_1shard."""
+    return f"{out_dir.rstrip(os.sep)}_{plural(train_shards, 'shard').replace(' ', '')}"
+
+
 def download(out_dir, train_shards):
-    """The val shard and train_shards train shards in out_dir (each unless there), meta.json."""
+    """The val shard's first VAL_TOKENS and train_shards train shards in out_dir, each fetched
+    unless whole there, and the dataset that names exactly them: its folder's path."""
     os.makedirs(out_dir, exist_ok=True)
-    names = ["finewebedu_val_000000.bin"] + [f"finewebedu_train_{i:06d}.bin"
-                                             for i in range(1, train_shards + 1)]
-    shards = []
+    val = os.path.join(out_dir, f"{VAL.removesuffix('.bin')}_first{VAL_TOKENS}.bin")
+    names = [VAL] + [f"finewebedu_train_{i:06d}.bin" for i in range(1, train_shards + 1)]
     for i, name in enumerate(names):
-        path = os.path.join(out_dir, name)
-        if not os.path.isfile(path):
-            print(f"[{i + 1}/{len(names)}] {URL}{name}", flush=True)
-            try:
-                fetch(name, path, VAL_TOKENS if "_val_" in name else None)
-            except OSError as e:  # offline, the hub down, a connection lost half way
-                raise data.DataError(f"could not download {name} ({e}): the files before it are "
-                                     f"kept ({i}); run the same command again") from None
-        shards.append({"file": name, "split": "val" if "_val_" in name else "train",
-                       "tokens": len(data.read_shard(path))})  # its header and length checked
-    meta = {"name": os.path.basename(out_dir), "tokenizer": "gpt2", "vocab_size": 50257,
+        if not whole(val if name == VAL else os.path.join(out_dir, name)):
+            print(f"[{i + 1}/{len(names)}] {REPO}: {name}", flush=True)
+            if not whole(os.path.join(out_dir, name)):
+                fetch(name, out_dir)
+            if name == VAL:
+                tokens = data.read_shard(os.path.join(out_dir, VAL))
+                header = np.fromfile(os.path.join(out_dir, VAL), dtype="<i4", count=256)
+                header[2] = min(VAL_TOKENS, len(tokens))
+                with data.atomic_write(val) as f:
+                    f.write(header.tobytes() + tokens[:header[2]].tobytes())
+    dataset = dataset_dir(out_dir, train_shards)
+    shards = [{"file": os.path.relpath(path, dataset), "split": split,
+               "tokens": len(data.read_shard(path))} for path, split in
+              [(val, "val")] + [(os.path.join(out_dir, n), "train") for n in names[1:]]]
+    meta = {"name": os.path.basename(dataset), "tokenizer": "gpt2", "vocab_size": 50257,
             "eot": 50256, "shards": shards, **{f"{split}_tokens": sum(
                 s["tokens"] for s in shards if s["split"] == split) for split in ("train", "val")}}
-    with data.atomic_write(os.path.join(out_dir, "meta.json"), "w") as f:
+    os.makedirs(dataset, exist_ok=True)
+    with data.atomic_write(os.path.join(dataset, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
-    print(f"{out_dir}: {plural(train_shards, 'train shard')} ({meta['train_tokens']:,} tokens) "
-          f"and the val shard; next: python train.py --dataset={os.path.basename(out_dir)}")
-
-
-def fetch(name, path, tokens=None):
-    """One shard of the hub into path, whole or not at all; tokens: only its first so many (a
-    Range request: the bytes before them), its header saying so."""
-    request = urllib.request.Request(URL + name, headers={"Range": f"bytes=0-{1023 + 2 * tokens}"}
-                                     if tokens else {})
-    with urllib.request.urlopen(request, timeout=60) as response, data.atomic_write(path) as f:
-        if not tokens:
-            shutil.copyfileobj(response, f, length=1 << 20)
-            return
-        header = np.frombuffer(response.read(1024), dtype="<i4").copy()  # llm.c's 256 int32
-        header[2] = min(int(header[2]), tokens)
-        body = response.read(2 * int(header[2]))  # uint16 tokens
-        if len(body) != 2 * header[2]:
-            raise ConnectionError("the connection ended early")
-        f.write(header.tobytes() + body)
+    print(f"{dataset}: {plural(train_shards, 'train shard')} ({meta['train_tokens']:,} tokens) and "
+          f"{meta['val_tokens']:,} val tokens; next: python train.py --dataset="
+          f"{os.path.basename(dataset)}")
+    return dataset
 
 
 def main(argv):

@@ -280,16 +280,21 @@ def calibrated(cfg, modes, seeds, today):
         theirs = [s for s in info["seeds"] if s not in seeds and s not in other]
         other, commands = other + theirs, commands + [info.get("command")]
         for (name, seed, _), run in build_grid(cfg, modes, theirs, [("", {})], folder):
+            # Each reason in words that name what is there: a calibration is a record, never
+            # to be deleted, and a folder not there is not named as if it were.
+            if not os.path.isdir(run["out_dir"]):
+                unused.setdefault(name, f"{folder} has no run of it on seed {seed}")
+                continue
             try:
                 summary = finished(run, run["out_dir"])
-            except (ConfigError, data.DataError) as e:  # other settings there: not this one's
-                unused.setdefault(name, str(e))
+            except (ConfigError, data.DataError):  # other settings, or an older format
+                unused.setdefault(name, f"{run['out_dir']} holds a run of other settings")
                 continue
             why = summary and by_other_code(run["out_dir"], today, cfg["reuse_other_code"])
             if why:
                 unused.setdefault(name, f"{run['out_dir']} was trained by other code ({why})")
-            elif (summary or {}).get("status") != "done":  # missing, or diverged
-                unused.setdefault(name, f"{run['out_dir']}: not finished there")
+            elif (summary or {}).get("status") != "done":  # stopped, or diverged
+                unused.setdefault(name, f"{run['out_dir']} holds no finished run")
             else:
                 runs[name, seed] = summary
     for name, why in unused.items():

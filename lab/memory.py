@@ -3,7 +3,8 @@ variants on this GPU (or a card of GB gigabytes; without one, the four cards our
 batch_size x gradient_accumulation_steps that keeps the preset's tokens a step and fits, with the
 peak memory of a training step and of lab.evaluate's pass. Estimates, from what a forward keeps
 for the backward on this CPU at a short length (bfloat16's bytes are float16's, as a T4 keeps);
-bench.py --gpu_check checks them. A resume keeps its batch: resume on the run's own card."""
+bench.py --gpu_check measures them on a GPU, tests/test_gpu_path.py on a CPU. A resume keeps its
+batch: resume on the run's own card."""
 import sys
 
 import torch
@@ -25,10 +26,14 @@ SETTINGS = {**compare.SETTINGS,
                               "of 16, 24, 40 and 80 GB)", (0, None))}
 
 
-def step_bytes(model, block_size, dtype="bfloat16"):
-    """(bytes a training step needs whatever its batch, bytes per token more): 16 a parameter
-    (weights, gradients, AdamW's moments), and per token what a forward keeps for the backward plus
-    the logits' float copy and gradient (what is kept once, e.g. 16-bit weights, counts once)."""
+def step_peak(model, block_size, dtype="bfloat16"):
+    """A training step's peak bytes, as a function of its tokens (batch_size x block_size). The
+    peak comes in the backward at the loss: 12 bytes a parameter (weights, AdamW's moments), what
+    the forward keeps for the backward (what it keeps once, as 16-bit copies of the weights, once),
+    the logits training_step holds until it returns, and the float gradients of the logits and of
+    their log-softmax (8 bytes a logit). The parameters' gradients (4 bytes each) come later, when
+    the activations are freed: the least a step holds is 16 bytes a parameter, and the token
+    table's gradient twice more (it comes from the head and from the embedding, then is summed)."""
     T = min(block_size, 64)
 
     def saved(batch):  # the bytes a forward of batch x T tokens keeps for the backward
@@ -44,8 +49,33 @@ def step_bytes(model, block_size, dtype="bfloat16"):
             model(x, x)
         return sum(kept.values())
     kept_by_1, kept_by_2 = saved(1), saved(2)
-    fixed = 16 * sum(p.numel() for p in model.parameters()) + max(2 * kept_by_1 - kept_by_2, 0)
-    return fixed, (kept_by_2 - kept_by_1) / T + 8 * model.config.vocab_size
+    params = sum(p.numel() for p in model.parameters())
+    fixed = 12 * params + max(2 * kept_by_1 - kept_by_2, 0)
+    logits = 8 + (4 if dtype == "float32" else 2)  # bytes a logit: gradients, and the logits
+    per_token = (kept_by_2 - kept_by_1) / T + logits * model.config.vocab_size
+    least = 16 * params + 8 * model.transformer.wte.weight.numel()
+    return lambda tokens: max(fixed + per_token * tokens, least)
+
+
+def measured_peak(step, device):
+    """The most bytes that tensors held during step() beyond those held before: CUDA's count, or
+    on a CPU the running sum of every allocation and free that torch.profiler records."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        step()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities, profile_memory=True) as profile:
+        step()
+    held = peak = 0
+    for _, nbytes in sorted((e.start_ns(), e.nbytes()) for e in
+                            profile.profiler.kineto_results.events() if e.name() == "[memory]"):
+        held += nbytes
+        peak = max(peak, held)
+    return peak
 
 
 def eval_bytes(model, batch_size, block_size):
@@ -59,11 +89,11 @@ def eval_bytes(model, batch_size, block_size):
 def fit(model, cfg, free):
     """(batch_size, micro-steps, training bytes, evaluation bytes): the preset's batch halved, its
     micro-steps doubled, until a step fits HEADROOM of free bytes; None where none fits."""
-    fixed, per_token = step_bytes(model, cfg.block_size)
+    peak = step_peak(model, cfg.block_size)
     batch, accum = cfg.batch_size, cfg.gradient_accumulation_steps or 1
-    while fixed + per_token * batch * cfg.block_size > HEADROOM * free and batch % 2 == 0:
+    while peak(batch * cfg.block_size) > HEADROOM * free and batch % 2 == 0:
         batch, accum = batch // 2, accum * 2
-    need = fixed + per_token * batch * cfg.block_size
+    need = peak(batch * cfg.block_size)
     return None if need > HEADROOM * free else (
         batch, accum, need, eval_bytes(model, batch, cfg.block_size))
 

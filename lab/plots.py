@@ -1,48 +1,23 @@
-"""Pictures for compare.py (matplotlib, optional): loss curves with the difference to vanilla,
-attention entropy and token similarity per layer, learned lambdas, loss against model size."""
+"""Pictures for compare.py (matplotlib, optional): loss curves with each variant's difference to
+vanilla along the run, attention entropy and token similarity per layer, learned lambdas, loss
+against model size. Each variant is named in words (tables.label)."""
 import os
 import textwrap
 
 import numpy as np
 
 from data import plural
-from model import VALUE_MODES
 
 from .runs import read_log
-from .tables import mixing_by_layer
+from .tables import label, mixing_by_layer
 
-from .analysis import FLOOR, bracketed, escape, vanilla_curve
+from .analysis import FLOOR, bracketed, escape, is_vanilla_size, noise_floor, vanilla_curve
 
-# How the pictures name each value mode (the tables keep the exact names); another mode: its name.
-MODE_NAMES = {"vanilla": "vanilla", "resformer": "ResFormer", "svformer": "SVFormer",
-              "value_embed": "value embeddings"}
-# what the difference panels draw as a grey band around 0 (analysis.FLOOR's runs)
-FLOOR_LABEL = ("rounding alone, around 0 (vanilla nudged one float32 step): another CPU, "
-               "not another seed")
 # sizes that stay readable on a projector: text >= 11 points, curves >= 2 points wide
 TEXT, SMALL, LINE = 13, 11, 2.0
-
-
-def label(name, note=None):
-    """A variant as a class reads it: 'resformer:lambda_1=2:lambda_2=1' -> 'ResFormer, λ = 2',
-    'svformer_kv1' -> 'SVFormer, 1 KV head'; a note ('85% of the tokens') replaces the settings."""
-    base, *settings = name.split(":")
-    settings = [] if note else settings
-    mode = max((m for m in VALUE_MODES if base.startswith(m)), key=len, default=None)
-    if mode is None:
-        return name
-    words, rest = [MODE_NAMES.get(mode, mode)], base[len(mode):]
-    if "_learnable" in rest:
-        words.append("learned λ")
-    if "_kv" in rest:
-        n = rest.rpartition("_kv")[2]
-        words.append(f"{n} KV head{'' if n == '1' else 's'}")
-    given = dict(s.partition("=")[::2] for s in settings)
-    if given.get("lambda_2") == "1" and "lambda_1" in given:  # the paper's U = A (V_n + λ V_1)
-        words.append(f"λ = {given.pop('lambda_1')}")
-        given.pop("lambda_2")
-    words += [f"{k} = {v}" for k, v in given.items()] + ([note] if note else [])
-    return ", ".join(words)
+# what the difference panels draw in grey around 0 (analysis.FLOOR's runs), in plain words
+FLOOR_LABEL = ("grey: rounding alone (vanilla again, its starting weights nudged one "
+               "float32 step: what another CPU does, not another seed)")
 
 
 def pyplot(quiet=False):
@@ -101,25 +76,7 @@ def write_all(root, results, search=None, escape_loss=0.0, unit="token"):
     written = [loss_figure(plt, root, results, escape_loss, unit=unit)]
     written += [lr_figure(plt, root, search, unit)] if search else []
     variants = {n: r for n, r in results.items() if n != FLOOR}
-    # each band stays inside what the measure can be: entropy >= 0, a cosine in [-1, 1]
-    for key, ylabel, note, (low, high) in (
-            ("attention_entropy",
-             "how widely attention is spread\n(entropy of attention received, nats)",
-             "higher = attention spread over more tokens", (0, np.inf)),
-            ("similarity", "how alike the tokens' hidden states are\n(mean pairwise cosine)",
-             "higher = tokens more alike, over-smoothed", (-1, 1))):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for name, r in variants.items():
-            mean, std = np.array(r[key]), np.array(r[key + "_std"])
-            layers = np.arange(1, len(mean) + 1)
-            line, = ax.plot(layers, mean, marker="o", ms=4, lw=LINE,
-                            label=label(name, r.get("note")))
-            ax.fill_between(layers, np.clip(mean - std, low, high), np.clip(mean + std, low, high),
-                            color=line.get_color(), alpha=0.15)
-        ax.set(xlabel="layer", xticks=range(1, max(len(r[key]) for r in variants.values()) + 1))
-        title = f"{key.replace('_', ' ').capitalize()} per layer: {note} (band: ±1 std, seeds)"
-        ax.set(ylabel=ylabel, title="\n".join(textwrap.wrap(title, 56)))
-        written.append(save(plt, fig, os.path.join(root, f"{key}.png")))
+    written += [layer_figure(plt, root, variants, *measure) for measure in LAYER_MEASURES]
     learned = {n: mixing_by_layer(r["mixing"]) for n, r in variants.items() if r.get("mixing")}
     if learned:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -141,6 +98,42 @@ def write_all(root, results, search=None, escape_loss=0.0, unit="token"):
     if vanilla_curve(results):
         written.append(curve_figure(plt, root, results, unit))
     return written
+
+
+# The paper's two per-layer measures: (key, title, the paper's claim, the side it expects of
+# ResFormer against vanilla, y label, what the measure can be: a band is clipped to it).
+LAYER_MEASURES = (
+    ("attention_entropy",
+     "Attention entropy per layer: how widely each layer spreads its attention",
+     "the paper: higher than vanilla's in deep layers", "above",
+     "entropy of the attention\neach token receives (nats)", (0, np.inf)),
+    ("similarity", "Token similarity per layer: how alike the tokens' hidden states are",
+     "the paper: lower than vanilla's (less over-smoothing)", "below",
+     "mean pairwise cosine\nof the hidden states", (-1, 1)))
+
+
+def layer_figure(plt, root, variants, key, title, claim, side, ylabel, limits):
+    """One of the paper's per-layer measures, vanilla against each variant (vanilla's other sizes
+    left out), each legend entry saying on how many of the deeper half of the layers the variant's
+    mean is on the paper's side of vanilla's; a ±1 std band where 2+ seeds make one."""
+    shown = {n: r for n, r in variants.items() if n == "vanilla" or not is_vanilla_size(n)}
+    base, seeds = shown.get("vanilla"), max(len(r["seeds"]) for r in shown.values())
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, r in shown.items():
+        mean, std = np.array(r[key]), np.array(r[key + "_std"])
+        layers, deep = np.arange(1, len(mean) + 1), len(mean) - len(mean) // 2
+        said = label(name, r.get("note"))
+        if base is not None and name != "vanilla" and len(base[key]) == len(mean):
+            on_side = (mean > base[key]) if side == "above" else (mean < base[key])
+            said += f": {side} vanilla in {on_side[-deep:].sum()} of the {deep} deepest layers"
+        line, = ax.plot(layers, mean, marker="o", ms=4, lw=LINE, label=said)
+        if seeds > 1:
+            ax.fill_between(layers, *np.clip([mean - std, mean + std], *limits),
+                            color=line.get_color(), alpha=0.15)
+    ax.set(xlabel="layer", ylabel=ylabel, xticks=range(1, len(base[key] if base else mean) + 1))
+    ax.set_title("\n".join(textwrap.wrap(f"{title}; {claim}. Here: " + (
+        f"mean over {seeds} seeds, band ±1 std." if seeds > 1 else "one seed."), 56)))
+    return save(plt, fig, os.path.join(root, f"{key}.png"))
 
 
 def seed_gaps(r, base):
@@ -174,125 +167,135 @@ def seeds_said(results):
 
 def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
     """Val loss against steps (mean over seeds, min-max band with 2+ seeds; a triangle where a
-    variant left the early plateau) and, with vanilla, the paired difference to it (bold: mean,
-    thin: each seed) around the noise floor's grey band; axes skip the first evaluations."""
+    variant left the early plateau) and, with vanilla, one panel a variant below it (vanilla's
+    other sizes aside): its difference to vanilla along the run, on one y-axis for all."""
     base = results.get("vanilla")
     variants = {n: r for n, r in results.items() if n != FLOOR} or results  # (the floor alone)
-    if base is None:
-        (fig, top), bottom = plt.subplots(figsize=(8, 4.8)), None
-    else:
-        fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7.6), sharex=True,
-                                          gridspec_kw={"height_ratios": [3, 2]})
-    shown, gaps, colors = [], [], {}
+    compared = {n: gaps for n, r in variants.items() if base and n != "vanilla"
+                and not is_vanilla_size(n) and (gaps := seed_gaps(r, base))}
+    cols = min(len(compared), 2) or 1
+    rows = -(-len(compared) // cols)
+    fig = plt.figure(figsize=(8, 4.8 + 3.2 * rows))
+    spec = fig.add_gridspec(1 + rows, cols, height_ratios=[3] + [2] * rows)
+    top = fig.add_subplot(spec[0, :])
+    colors = curves_panel(top, variants, escape_loss, unit)
+    per_step = next(iter(results.values())).get("tokens_per_step")
+    xlabel = f"step ({per_step:,} tokens each)" if per_step else "step"
+    top.set_xlabel("" if compared else xlabel)
+    panels, held, off = [], [], []
+    band = floor_band(results)
+    for i, (name, gaps) in enumerate(compared.items()):
+        ax = fig.add_subplot(spec[1 + i // cols, i % cols], sharey=panels[0] if panels else None)
+        panels.append(ax)
+        held += gap_panel(ax, name, variants[name], gaps, band, colors[name], off)
+        ax.set_xlabel(xlabel if i >= len(compared) - cols else "")
+        ax.set_ylabel(f"minus vanilla\n(nats per {unit})" if i % cols == 0 else "")
+    if panels:
+        values = np.concatenate(held)
+        low, high = min(0, values.min()), max(0, values.max())
+        panels[0].set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
+        gap_legend(panels[min(cols, len(panels)) - 1], results, compared, band, off)
+    return save(plt, fig, path or os.path.join(root, "loss.png"))
+
+
+def curves_panel(ax, variants, escape_loss, unit):
+    """The top panel: val loss along the run, a triangle where each variant left the plateau;
+    returns each variant's colour."""
+    shown, colors = [], {}
     for name, r in variants.items():
         steps, curves = np.array(r["steps"]), np.array(r["curves"])
         keep = steps > 0  # step 0 (loss ~ log vocab) would flatten everything else
         left = [e[0] for e in r.get("escape", []) if e]
         stalled = (f" (left the plateau on {len(left)} of {len(r['escape'])} seeds)"
                    if escape_loss and len(left) < len(r.get("escape", [])) else "")
-        line, = top.plot(steps[keep], curves.mean(0)[keep], marker="o", ms=3, lw=LINE,
-                         label=label(name, r.get("note")) + stalled)
+        line, = ax.plot(steps[keep], curves.mean(0)[keep], marker="o", ms=3, lw=LINE,
+                        label=label(name, r.get("note")) + stalled)
         colors[name] = line.get_color()
         if len(curves) > 1:
-            top.fill_between(steps[keep], curves.min(0)[keep], curves.max(0)[keep],
-                             color=line.get_color(), alpha=0.2)
+            ax.fill_between(steps[keep], curves.min(0)[keep], curves.max(0)[keep],
+                            color=line.get_color(), alpha=0.2)
         past = slice(2 if keep.sum() > 4 else 0, None)  # the y-range holds the band, all seeds
         shown += [curves.min(0)[keep][past], curves.max(0)[keep][past]]
     marked, many = False, max(len(v["seeds"]) for v in variants.values()) > 1
     for i, (name, r) in enumerate(variants.items()):  # one legend entry explains every triangle
         left = [e[0] for e in r.get("escape", []) if e]
         if escape_loss and left:  # each smaller than the last, so two on one step both show
-            top.plot([np.mean(left)], [escape_loss], marker="v", ms=max(15 - 3 * i, 5),
-                     color=colors[name], ls="none", zorder=3 + i, label=None if marked else
-                     f"leaves the plateau: the first evaluation below the dotted line "
-                     f"({escape_loss:g})" + (", mean over the seeds that left" if many else ""))
+            ax.plot([np.mean(left)], [escape_loss], marker="v", ms=max(15 - 3 * i, 5),
+                    color=colors[name], ls="none", zorder=3 + i, label=None if marked else
+                    f"leaves the early plateau: the first evaluation below the dotted line "
+                    f"({escape_loss:g})" + (", mean over the seeds that left" if many else ""))
             marked = True
-    values = np.concatenate(shown)
-    low, high = values.min(), values.max()
+    low, high = np.concatenate(shown).min(), np.concatenate(shown).max()
     if escape_loss and low <= escape_loss <= high:
-        top.axhline(escape_loss, color="gray", ls=":", lw=1.5)
+        ax.axhline(escape_loss, color="gray", ls=":", lw=1.5)
     if high > low:
-        top.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
-    top.set(ylabel=f"val loss (nats per {unit})",
-            title=f"Val loss (fixed windows; {seeds_said(variants)}; lower is better)")
-    per_step = next(iter(results.values())).get("tokens_per_step")
-    (bottom or top).set_xlabel(f"step ({per_step:,} tokens each)" if per_step else "step")
-    if bottom is not None:
-        several, calibrated = False, 0
-        for name, r in variants.items():
-            paired = seed_gaps(r, base) if name != "vanilla" else None
-            if paired is None:
-                continue
-            steps, per_seed = paired
-            keep = steps > 0
-            gap = per_seed.mean(0)[keep]
-            bottom.plot(steps[keep], gap, marker="o", ms=3, lw=2.5, color=colors[name],
-                        label=label(name, r.get("note")), zorder=3)
-            gaps.append(gap)
-            other = r.get("calibration")  # one seed: where the same difference fell on others
-            if other and other["steps"][:len(steps)] == list(steps):
-                spread = np.sort(np.array(other["curves"])[:, :len(steps)][:, keep], axis=0)
-                # Only the edges, dashed in the variant's colour: two bands that overlap, filled,
-                # would blend into a colour that is neither.
-                for edge in (spread[0], spread[-1]):
-                    bottom.plot(steps[keep], edge, color=colors[name], lw=1.2, ls="--", zorder=1)
-                # The axis holds all seeds but the extreme one each side: a single seed where
-                # vanilla stalled on the plateau would squash the demo's own line to a flat one.
-                inner = len(spread) >= 5
-                span = np.ptp(spread[1:-1]) / 2 if inner else 0.0
-                low_off = bool(inner and spread[0].min() < spread[1].min() - span)
-                high_off = bool(inner and spread[-1].max() > spread[-2].max() + span)
-                gaps += [spread[1 if low_off else 0], spread[-2 if high_off else -1]]
-                below = f"the lowest runs below the axis, {spread[0].min():.2f} at worst"
-                above = f"the highest above it, {spread[-1].max():+.2f} at worst"
-                off = ([below] if low_off else []) + ([above] if high_off else [])
-                n_other = len(other["final"])
-                bottom.plot([], [], color=colors[name], lw=1.2, ls="--",
-                            label=f"{label(name)}: lowest and highest of {n_other} other seeds "
-                            f"(a min-max range: holds another seed about "
-                            f"{(n_other - 1) / (n_other + 1):.0%} of the time)"
-                            + "".join("; " + o for o in off))
-                (lo, hi), own = r.get("band", (None, None)), r.get("paired", {}).get("mean")
-                if own is not None and lo is not None and not lo <= own <= hi:
-                    bottom.plot([steps[keep][-1]], [gap[-1]], marker="X", ms=14, ls="none",
-                                color=colors[name], zorder=4, label=f"{label(name)}: this seed "
-                                f"ends outside the other {n_other} seeds' range (whole split): "
-                                f"one seed is one draw")
-                calibrated = n_other
-            if len(per_seed) > 1:  # the spread: each seed's own difference, thin
-                several = True
-                for seed_gap in per_seed:
-                    bottom.plot(steps[keep], seed_gap[keep], lw=1, alpha=0.5,
-                                color=colors[name], zorder=2)
-                    gaps.append(seed_gap[keep])
-        if several:  # one legend entry for all thin lines (drawn after the variants)
-            bottom.plot([], [], lw=1, alpha=0.6, color="0.3", label="thin lines: each seed")
-        bottom.axhline(0, color="black", lw=1.2)
-        band = floor_band(results)
-        floor_high = 0.0
-        if band is not None:
-            steps, half = band
-            keep = steps > 0
-            draws = len(results[FLOOR]["seeds"])
-            bottom.fill_between(steps[keep], -half[keep], half[keep], color="0.55", alpha=0.35,
-                                lw=0, zorder=1, label=f"{FLOOR_LABEL} ("
-                                + ("one draw" if draws == 1 else plural(draws, "seed"))
-                                + f", at most ±{half[keep].max() if keep.any() else 0:.2g})")
-            past = slice(2 if keep.sum() > 4 else 0, None)  # as the top panel's range
-            floor_high = half[keep][past].max() if keep.any() else 0.0
-        # each curve's 2nd to 98th percentile (its nearest points, not interpolated toward an
-        # outlier): one early outlier per variant must not flatten the rest; the floor's band
-        # is always inside
-        low = min(0, -floor_high, *(np.percentile(g, 2, method="nearest") for g in gaps))
-        high = max(0, floor_high, *(np.percentile(g, 98, method="nearest") for g in gaps))
-        if high > low:
-            bottom.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
-        said = ((["bold = mean, thin = each seed"] if several else ["one seed"] if gaps else [])
-                + ([f"dashed = lowest and highest of {calibrated} other seeds"] if calibrated
-                   else []) + (["grey = rounding alone"] if band else []))
-        bottom.set(ylabel=f"minus vanilla (nats per {unit})", title="Difference to vanilla on the "
-                   "same seed (below 0 = better)" + ("\n" + "; ".join(said) if said else ""))
-    return save(plt, fig, path or os.path.join(root, "loss.png"))
+        ax.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
+    ax.set(ylabel=f"val loss (nats per {unit})",
+           title=f"Val loss (a few fixed batches; {seeds_said(variants)}; lower is better)")
+    return colors
+
+
+def gap_panel(ax, name, r, paired, band, color, off):
+    """A variant minus vanilla on the same seed along the run: bold the mean (or the one seed),
+    thin each seed, shaded where the calibration's other seeds fell, grey rounding alone.
+    Returns the values the shared y-axis holds: the lines and the grey band past the first two
+    evaluations, and the shaded range's edges only up to 1.5 times the farthest of those (a seed
+    where vanilla stalled would squash the rest to a flat line); a cut edge goes into off."""
+    steps, per_seed = paired
+    keep = steps > 0
+    x, past = steps[keep], slice(2 if keep.sum() > 4 else 0, None)
+    ax.axhline(0, color="black", lw=1.2)
+    for seed_gap in per_seed if len(per_seed) > 1 else []:
+        ax.plot(x, seed_gap[keep], lw=1, alpha=0.5, color=color)
+    ax.plot(x, per_seed.mean(0)[keep], marker="o", ms=3, lw=2.5, color=color, zorder=3)
+    # the seeds' 5th to 95th percentile past the first evaluations (nearest points), one seed's
+    # all: a few early outliers must not flatten every panel
+    share = 5 if len(per_seed) > 1 else 0
+    held = [np.percentile(per_seed[:, keep][:, past], [share, 100 - share], method="nearest")]
+    if band is not None and list(band[0][:len(steps)]) == list(steps[:len(band[0])]):
+        half = band[1][:len(steps)][keep[:len(band[1])]]
+        ax.fill_between(x[:len(half)], -half, half, color="0.55", alpha=0.35, lw=0, zorder=1)
+        held.append(half[past])
+    reach = 1.5 * max(np.abs(np.concatenate(held)).max(), 1e-3)
+    other, p = r.get("calibration"), r.get("paired")
+    if other and other["steps"][:len(steps)] == list(steps):
+        spread = np.sort(np.array(other["curves"])[:, :len(steps)][:, keep], axis=0)
+        ax.fill_between(x, spread[0], spread[-1], color=color, alpha=0.2, lw=0, zorder=1)
+        edges = np.concatenate([spread[0][past], spread[-1][past]])
+        held.append(np.clip(edges, -reach, reach))
+        off += [e for e in (edges.min(), edges.max()) if abs(e) > reach]
+    said = label(name, r.get("note"))
+    if p and p["n"] > 1:
+        said += f": {p['mean']:+.3f} at the end\n[{p['interval'][0]:+.3f}, {p['interval'][1]:+.3f}]"
+    elif p:
+        said += f": {p['mean']:+.3f} at the end" + ("\nother seeds {:+.3f} to {:+.3f}".format(
+            *r["band"]) if r.get("band_source") == "seeds" else "")
+    ax.set_title(said, fontsize=SMALL)
+    return held
+
+
+def gap_legend(ax, results, compared, band, off):
+    """What the difference panels draw, in plain words, beside the last panel of their first
+    row: one legend for all of them, rounding alone given with its size at the end."""
+    n = max(len(gaps[1]) for gaps in compared.values())
+    ax.plot([], [], lw=2.5, color="0.3", label=(
+        "each panel: a variant minus vanilla on the same seed, below 0 = better; " + (
+            f"bold: the mean of {n} seeds, thin: each seed" if n > 1 else "bold: this seed")
+        + "; lines: a few fixed batches at each evaluation; the numbers over a panel: the whole "
+        "validation split at the end" + (", mean and 95% interval" if n > 1 else "")))
+    calibrated = [results[name]["calibration"] for name in compared
+                  if results[name].get("calibration")]
+    if calibrated:
+        k = len(calibrated[0]["final"])
+        ax.fill_between([], [], [], color="0.3", alpha=0.2, lw=0, label=(
+            f"shaded: lowest to highest of {k} other seeds (another seed lands inside about "
+            f"{(k - 1) / (k + 1):.0%} of the time)" + (
+                f"; off the axis as far as {max(off, key=abs):+.2f}" if off else "")))
+    if band is not None:  # its size at the end: the whole split's where the runs finished
+        end, many = noise_floor(results), len(results[FLOOR]["seeds"]) > 1
+        end = band[1][-1] if end is None else end
+        ax.fill_between([], [], [], color="0.55", alpha=0.35, lw=0, label=(
+            f"{FLOOR_LABEL}: {'up to ' if many else ''}{end:.3f} at the end"))
 
 
 def note(name):

@@ -41,7 +41,7 @@ def main(argv):
     ckpt = data.load_checkpoint(os.path.join(argv[0], "ckpt.pt"))
     text = open(argv[1], encoding="utf-8").read() if len(argv) == 2 else sys.stdin.read()
     data_dir = data.dataset_dir(ckpt["config"]["dataset"])
-    shares, said = real_words(data_dir, data.get_tokenizer(ckpt["tokenizer"]["tokenizer"]), text)
+    shares, said = real_words(data_dir, data.get_tokenizer(ckpt["tokenizer"]), text)
     print(f"real words: not counted: {said}" if shares is None else
           f"real words: {shares[0]:.1%} of the {said:,} sampled words occur in the training "
           f"text of {data_dir} ({shares[1]:.1%} of the distinct ones)")

@@ -2,12 +2,14 @@
 `python -m lab.evaluate`, in its own folder, `jobs` side by side on a fixed number of CPU threads,
 reused or resumed only with the same settings and today's code (code_version)."""
 import ast
+import glob
 import hashlib
 import json
 import os
 import platform
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -29,11 +31,10 @@ SUMMARY_FORMAT = "value-residual-gpt/2"  # summary.json's; the committed records
 # what a run may set beyond train.py's settings: lab.nudged's coin seed (the noise floor)
 LAB_SETTINGS = dict(nudge=(0, "nonzero: train through lab.nudged, each initial weight one "
                               "float32 step up or down (the noise floor)", (0, None)))
-# The code of a run: every .py file at the project's root but these scripts, which train
-# nothing (so a module a student adds there counts), and the lab's two that a run executes.
-NOT_A_RUNS_CODE = ("compare.py", "bench.py", "sample.py", "prepare.py", "test_model.py",
-                   "conftest.py")
-RUN_LAB_CODE = ("lab/evaluate.py", "lab/nudged.py")
+# The code of a run: the modules a run executes (train.py, or lab.nudged for the noise floor,
+# then lab.evaluate), and every module of the project they import, however deep: a package a
+# student adds counts. What only reads logs (this module and the tables) does not.
+RUN_MODULES = ("train", "lab.nudged", "lab.evaluate")
 # How a slot starts a process (args, stdout=file, stderr=..., env=...): tests run them in-process.
 launch = subprocess.Popen
 
@@ -42,15 +43,42 @@ def code_version(root=ROOT):
     """A fingerprint of the code that trains and scores a run: the syntax trees of its files
     without their docstrings. So a comment, a docstring or a reformatting changes nothing, and
     any other edit, anywhere in them (the model, the schedule, the loop, the optimizer's groups,
-    the evaluation, a name, a number), changes it: no run of other code is ever taken as today's.
-    A file a version of the project does not have counts as empty."""
+    the evaluation, a name, a number), changes it: no run of other code is ever taken as today's."""
     digest = hashlib.sha256()
-    names = sorted(n for n in os.listdir(root) if n.endswith(".py") and n not in NOT_A_RUNS_CODE)
-    for name in names + list(RUN_LAB_CODE):
-        path = os.path.join(root, name)
-        tree = ast.parse(open(path, encoding="utf-8").read() if os.path.isfile(path) else "")
-        digest.update(f"{name}\n{canonical(tree)}\n".encode())
+    for path in run_files(root):
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        digest.update(f"{os.path.relpath(path, root)}\n{canonical(tree)}\n".encode())
     return digest.hexdigest()[:16]
+
+
+def run_files(root=ROOT):
+    """The project's files a run executes: RUN_MODULES and each project module they import
+    (and the packages' __init__.py), followed through every import statement, in any function."""
+    found, todo = set(), list(RUN_MODULES)
+    while todo:
+        parts = todo.pop().split(".")
+        for i in range(1, len(parts) + 1):  # a.b.c: a/__init__.py, a/b/__init__.py, a/b/c.py
+            for path in (os.path.join(root, *parts[:i]) + ".py",
+                         os.path.join(root, *parts[:i], "__init__.py")):
+                if os.path.isfile(path) and path not in found:
+                    found.add(path)
+                    todo += imported(path, parts[:i] if path.endswith("__init__.py")
+                                     else parts[:i - 1])
+    return sorted(found)
+
+
+def imported(path, package):
+    """The modules a file imports, by name (`from .x import y` resolved in its package; y too,
+    as it may be a module)."""
+    names = []
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] if node.level else [])
+            module = ".".join(filter(None, [base, node.module]))
+            names += [module] + [f"{module}.{alias.name}" for alias in node.names]
+    return names
 
 
 def canonical(node):
@@ -90,18 +118,29 @@ def read_log(run_dir):
 
 
 def last_step(run_dir):
-    """(the last training step a run has logged, its training loss), read while it trains."""
-    trained = [r for r in read_log(run_dir) if r["kind"] == "train"]
-    return (trained[-1]["iter"], trained[-1]["loss"]) if trained else (0, None)
+    """(the last step train.py has printed, the val loss it last printed or None), read from the
+    end of train.out as the run trains: log.jsonl is written only at checkpoints, so it lags."""
+    path, step, loss = os.path.join(run_dir, "train.out"), 0, None
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 8192))
+            for line in f.read().decode(errors="replace").splitlines():
+                found = re.match(r"(?:step|iter) (\d+)\b(?:.*val loss ([\d.]+))?", line)
+                if found:
+                    step, loss = int(found[1]), (float(found[2]) if found[2] else loss)
+    return step, loss
 
 
 def progress(running, t_start):
-    """' (4.1 min so far; running: vanilla_seed1 at 400/800 (loss 2.345), ...)'."""
-    seen = {cfg["out_dir"]: last_step(cfg["out_dir"]) for _, cfg, *_ in running}
-    return f" ({(time.time() - t_start) / 60:.1f} min so far" + ("; running: " + ", ".join(
-        f"{os.path.basename(cfg['out_dir'])} at {seen[cfg['out_dir']][0]}/{cfg['max_iters']}"
-        + (f" (loss {seen[cfg['out_dir']][1]:.3f})" if seen[cfg["out_dir"]][1] else "")
-        for _, cfg, *_ in running) if running else "") + ")"
+    """' (1.5 min so far; vanilla_seed1 at step 120 of 250, val loss 2.697; svformer_seed1
+    evaluating on the whole validation split)': what each running run is doing now."""
+    said = []
+    for _, cfg, _, _, rest in running:
+        name, (step, loss) = os.path.basename(cfg["out_dir"]), last_step(cfg["out_dir"])
+        said.append(f"{name} evaluating on the whole validation split" if not rest else
+                    f"{name} at step {step} of {cfg['max_iters']}"
+                    + (f", val loss {loss:.3f}" if loss else ""))
+    return f" ({(time.time() - t_start) / 60:.1f} min so far{''.join('; ' + s for s in said)})"
 
 
 def settings_only(cfg):
@@ -175,22 +214,33 @@ def by_other_code(run_dir, today, force=False):
         "it records no code version (trained before runs recorded their code)")
 
 
-def set_aside(run_dir, why):
-    """A run of other code is kept, renamed to run_dir.other-code-N/ (the first N free)."""
-    n = 1
-    while os.path.exists(aside := f"{run_dir.rstrip(os.sep)}.other-code-{n}"):
-        n += 1
-    os.replace(run_dir, aside)
-    print(f"not reused: {run_dir} was trained by other code ({why}); moved to {aside}, trained "
-          f"again", file=sys.stderr, flush=True)  # (stderr: --plan's stdout is its commands)
+def keep_todays(run_dir, today, force=False):
+    """Leaves in run_dir the run of today's code, if there is one: a run of other code there is
+    kept as run_dir.other-code-N (the first N free), and a run of today's code kept so before
+    (the edit that set it aside since undone) comes back in its place. Said on stderr, as
+    --plan's stdout is its commands."""
+    why = os.path.isdir(run_dir) and by_other_code(run_dir, today, force)
+    if why:
+        n = 1
+        while os.path.exists(aside := f"{run_dir.rstrip(os.sep)}.other-code-{n}"):
+            n += 1
+        os.replace(run_dir, aside)
+        print(f"not reused: {run_dir} was trained by other code ({why}); moved to {aside}",
+              file=sys.stderr, flush=True)
+    asides = glob.glob(glob.escape(run_dir.rstrip(os.sep)) + ".other-code-*")
+    for aside in [] if os.path.exists(run_dir) else sorted(asides):
+        if by_other_code(aside, today) is None and any(
+                os.path.isfile(os.path.join(aside, name)) for name in ("summary.json", "ckpt.pt")):
+            os.replace(aside, run_dir)
+            print(f"brought back: {aside}, trained by today's code, is {run_dir} again",
+                  file=sys.stderr, flush=True)
+            break
 
 
 def plan_line(cfg, threads, today):
     """An unfinished run as a shell command from the project's folder (--plan); None if done. A
     run of other code is set aside first, as run_grid would."""
-    why = os.path.isdir(cfg["out_dir"]) and by_other_code(cfg["out_dir"], today)
-    if why:
-        set_aside(cfg["out_dir"], why)
+    keep_todays(cfg["out_dir"], today)
     if finished(cfg, cfg["out_dir"], threads) or trained_elsewhere(cfg, cfg["out_dir"]):
         return None
     os.makedirs(cfg["out_dir"], exist_ok=True)
@@ -313,9 +363,7 @@ def reusable(grid, threads, samples, today, force=False):
     summaries, todo = {}, []
     for key, cfg in grid:
         run_dir = cfg["out_dir"]
-        why = os.path.isdir(run_dir) and by_other_code(run_dir, today, force)
-        if why:
-            set_aside(run_dir, why)
+        keep_todays(run_dir, today, force)
         done = finished(cfg, run_dir, threads)
         if not done and trained_elsewhere(cfg, run_dir):  # by a --plan command
             done = summarise(cfg, run_dir, samples, threads,
@@ -361,24 +409,25 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
                 gpu_of[key] = min(gpu_ids(gpus), key=lambda g: sum(gpu_of.get(k) == g
                                                                    for k, *_ in running))
             running.append([key, cfg, start(key, cfg, commands[0], log), log, commands[1:]])
-        if running and time.time() - said > 30:  # a word at least every 30 s while runs train
-            print("   " + progress(running, t_start), flush=True)
-            said = time.time()
-        if on_progress and running and time.time() - drawn > 30:
-            on_progress()
-            drawn = time.time()
         try:
+            if running and time.time() - said > 30:  # a word at least every 30 s while runs go
+                print("   " + progress(running, t_start), flush=True)
+                said = time.time()
+            if on_progress and running and time.time() - drawn > 30:
+                on_progress()
+                drawn = time.time()
             time.sleep(0.5)
-        except KeyboardInterrupt:  # train.py got the Ctrl-C too: each stops, its last
-            interrupted = True      # checkpoint (from its last evaluation) whole
-            print("\nCtrl-C: the running trainings stop and keep their last checkpoints; "
-                  "run the same command again to continue", flush=True)
+        except KeyboardInterrupt:  # the runs got the Ctrl-C too: each stops, its checkpoint
+            interrupted = True      # whole; the caller says so once, when all have stopped,
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # and another Ctrl-C changes nothing
         for item in list(running):
             key, cfg, process, log, rest = item
             if process.poll() is None:
                 continue
             if process.returncode == 0 and rest and not interrupted:  # its evaluation next
                 item[2:] = [start(key, cfg, rest[0], log), log, rest[1:]]
+                print(f"    trained {cfg['out_dir']}; now its loss on every validation token",
+                      flush=True)
                 continue
             running.remove(item)
             log.close()
@@ -386,7 +435,7 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
                 summaries[key] = summarise(cfg, cfg["out_dir"], samples, threads)
                 print(f"    done {cfg['out_dir']}: val loss {summaries[key]['val_loss_full']:.4f}" +
                       progress(running, t_start), flush=True)
-            elif process.returncode in (0, 130):
+            elif process.returncode in (0, 130) or interrupted:  # a run the Ctrl-C stopped
                 interrupted = True
             elif any(r["kind"] == "diverged" for r in read_log(cfg["out_dir"])):
                 # A result (worse than any finite loss), reused like a finished run.
@@ -401,4 +450,6 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
                     f"exit {process.returncode}" if process.returncode > 0
                     else f"killed by signal {-process.returncode}") + ")" + why_failed(
                         os.path.join(cfg["out_dir"], "train.out"), out_sizes[key]), flush=True)
+    if interrupted:  # Python's own handler again: the one that raised the KeyboardInterrupt
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     return summaries, interrupted, failed

@@ -78,7 +78,12 @@ def stamp(folders, rev, steps=0, jobs=2):
         if name != "shakespeare_byte":
             os.symlink(os.path.join(ROOT, "data", name), os.path.join(old_root, "data", name))
     subprocess.run([sys.executable, "prepare.py", "--quiet=True"], cwd=old_root, check=True)
-    today, theirs = code_version(), code_version(old_root)
+    # REV's code version as REV's own lab.runs computes it: the one its records carry
+    theirs = subprocess.run([sys.executable, "-c", "from lab.runs import code_version; "
+                             "print(code_version())"], cwd=old_root, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": old_root},
+                            check=True).stdout.strip()
+    today = code_version()
     print(f"REV {rev}: code version {theirs}; today's: {today}", flush=True)
     work = [(key, runs, check_runs(settings_only(runs[0][1]["config"]), old_root,
                                    tempfile.mkdtemp(prefix="stamp-check-"), steps))

@@ -1,6 +1,7 @@
-"""Tables for compare.py: results.md (what a reader sees) and results.json (everything, for
-re-analysis): the paired comparison, the in-run crossing, costs, the analysis measures per layer,
-learned mixing weights, the paper's protocol, and the learning-rate search."""
+"""Tables for compare.py: results.md (what a class reads, each variant named in words) and
+results.json (everything, under the variants' exact names, for re-analysis): the paired
+comparison, the in-run crossing, costs, the analysis measures per layer, learned mixing weights,
+the paper's protocol, and the learning-rate search."""
 import json
 import os
 from fractions import Fraction
@@ -9,9 +10,49 @@ import numpy as np
 
 import data
 from data import plural
+from model import VALUE_MODES, GPTConfig
 
 from .analysis import (FLOOR, bracketed, held_on_every_seed, lr_range,
                        noise_floor, paired_stats, vanilla_curve, verdict)
+
+# How a class reads each value mode (results.json keeps the exact names); another mode: its name.
+MODE_NAMES = {"vanilla": "vanilla", "resformer": "ResFormer", "svformer": "SVFormer",
+              "value_embed": "value embeddings"}
+# verdict()'s sentence, by how it starts, as the headline groups the variants
+VERDICT_GROUPS = (("below", "lower than vanilla beyond noise"),
+                  ("above", "higher than vanilla beyond noise"),
+                  ("within", "within the rounding floor"), ("level", "level with vanilla"),
+                  ("not", "not distinguishable from vanilla: however many seeds are lower, the "
+                          "amounts vary too much from seed to seed for the interval to exclude 0"))
+
+
+def label(name, note=None):
+    """A variant in words: 'resformer' -> 'ResFormer λ1 = λ2 = 0.5' (the official mix),
+    'resformer:lambda_1=2:lambda_2=1' -> 'ResFormer λ1 = 2' (the paper's U = A (V_n + 2 V_1)),
+    'svformer_kv1' -> 'SVFormer, 1 KV head'; a note ('85% of the tokens') replaces the settings."""
+    base, *settings = name.split(":")
+    mode = max((m for m in VALUE_MODES if base.startswith(m)), key=len, default=None)
+    if mode is None:
+        return name
+    words, rest = [MODE_NAMES.get(mode, mode)], base[len(mode):]
+    given = {} if note else dict(s.partition("=")[::2] for s in settings)
+    if mode == "resformer" and "_learnable" not in rest:  # its two lambdas, always said
+        l1 = given.pop("lambda_1", str(GPTConfig.lambda_1))
+        l2 = given.pop("lambda_2", str(GPTConfig.lambda_2))
+        words[0] += (f" λ1 = λ2 = {l1}" if l1 == l2 else f" λ1 = {l1}" if l2 == "1"
+                     else f" λ1 = {l1}, λ2 = {l2}")
+    if "_learnable" in rest:
+        words.append("learned λ1 and λ2")
+    if "_kv" in rest:
+        n = rest.rpartition("_kv")[2]
+        words.append(f"{n} KV head{'' if n == '1' else 's'}")
+    return ", ".join(words + [f"{k} = {v}" for k, v in given.items()] + ([note] if note else []))
+
+
+def named(name, r):
+    """The variant's words and, where they differ from it, its exact name (as --modes takes it)."""
+    words = label(name, r.get("note"))
+    return words if words.lower() == name else f"{words} (`{name}`)"
 
 
 def mixing_by_layer(mixing):
@@ -45,31 +86,26 @@ def headline(results, info):
     n = len(next(iter(compared.values()))["paired"]["differences"])
     if n == 1:
         return one_seed_verdict(results, compared, info, floor, unit)
-    said_floor = ("" if floor is None else
-                  f" Rounding alone (vanilla with its initial weights nudged one float32 step: "
-                  f"the same run rounded differently, as on another CPU) moved the final loss by "
-                  f"{'up to ' if floor_runs > 1 else ''}{floor:.4f} "
-                  f"({'over ' + plural(floor_runs, 'seed') if floor_runs > 1 else 'one draw'}): "
-                  f"a mean difference smaller than that is no result, whatever its interval.")
     groups = {}
     for name, r in compared.items():
         p, said = r["paired"], verdict(r["paired"], floor)
-        key = ("lower than vanilla beyond noise" if said.startswith("below") else
-               "higher than vanilla beyond noise" if said.startswith("above") else
-               "within the rounding floor" if said.startswith("within") else
-               "not distinguishable from vanilla")
+        key = next(group for start, group in VERDICT_GROUPS if said.startswith(start))
         groups.setdefault(key, []).append(
-            f"{name} ({p['mean']:+.3f} {fmt_interval(p)}, lower on {p['wins']} of {p['n']}"
-            + (f"; by chance alone 1 in {1 / p['p_lower']:.0f}" if p["wins"] * 2 > p["n"] else "")
-            + ")")
+            f"{label(name, r.get('note'))} ({p['mean']:+.3f} {fmt_interval(p)}, lower on "
+            f"{p['wins']} of {p['n']}" + (f"; by chance alone 1 in {1 / p['p_lower']:.0f}"
+                                          if p["wins"] * 2 > p["n"] else "") + ")")
     said = [", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1]
-            + (" is " if len(names) == 1 else " are ") + what
-            for what, names in groups.items() if names]
-    return (f"**Verdict on {plural(n, 'seed')} at {info.get('steps', '?')} steps (final val "
-            f"loss, nats per {unit}, variant - vanilla per seed, 95% interval; beyond noise: the "
-            f"interval excludes 0 and the mean exceeds the rounding floor; the count of seeds "
-            f"lower is said but decides nothing, as another CPU's rounding can turn one "
-            f"seed's sign): " + "; ".join(said) + "." + said_floor + "**")
+            + (" is " if len(names) == 1 else " are ") + what for what, names in groups.items()]
+    return (f"**Verdict on {plural(n, 'seed')} at {info.get('steps', '?')} steps:** each "
+            f"variant's final val loss minus vanilla's on the same seed (nats per {unit}), its "
+            f"mean and 95% interval: " + "; ".join(said) + ". Beyond noise means the interval "
+            "excludes 0 and the mean is larger than rounding alone moves a run; the count of "
+            "seeds lower is said, but decides nothing (another CPU's rounding can turn one "
+            "seed's sign)." + ("" if floor is None else
+                               f" Rounding alone (vanilla trained again from starting weights "
+                               f"nudged one float32 step: the same run, rounded as another CPU "
+                               f"would) moved the final loss by up to {floor:.4f} over "
+                               f"{plural(floor_runs, 'seed')}."))
 
 
 def one_seed_verdict(results, compared, info, floor, unit):
@@ -77,34 +113,36 @@ def one_seed_verdict(results, compared, info, floor, unit):
     on every seed, and what rounding alone did (what another CPU does); no claim beyond those."""
     cal = info.get("calibration") or {}
     n_cal = len(cal.get("seeds") or [])
-    lines = [f"**Verdict: one seed ({info['seeds'][0]}), so each difference is one draw.** "
-             f"Final val loss - vanilla's (nats per {unit})" + (
-                 f", and where the same difference fell on {n_cal} other seeds ({cal['folder']}, "
-                 f"their lowest to highest: another seed lands inside such a range about "
-                 f"{(n_cal - 1) / (n_cal + 1):.0%} of the time):\n" if n_cal else ":\n")]
+    lines = [f"**Verdict: one seed ({info['seeds'][0]}), so each difference is one draw.** Each "
+             f"variant's final val loss minus vanilla's on this seed (nats per {unit})" + (
+                 f", and the lowest and highest the same difference reached on {n_cal} other "
+                 f"seeds ({cal['folder']}): another seed lands inside such a range about "
+                 f"{(n_cal - 1) / (n_cal + 1):.0%} of the time.\n" if n_cal else ":\n")]
     held, unsettled = [], []
     for name, r in compared.items():
-        d = r["paired"]["mean"]
+        d, words = r["paired"]["mean"], label(name, r.get("note"))
         if r.get("band_source") == "seeds":
             lo, hi = r["band"]
-            lines.append(f"- {name}: {d:+.3f}; on the other seeds {lo:+.3f} to {hi:+.3f}" + (
+            lines.append(f"- {words}: {d:+.3f}; on the other seeds {lo:+.3f} to {hi:+.3f}" + (
                 "" if lo <= d <= hi else f": **this seed's difference is outside the other "
                 f"{n_cal} seeds' range: one seed is one draw**"))
             shown = held_on_every_seed(r, results["vanilla"])
-            held += [f"{name}: " + " and ".join(shown)] if shown else []
-            unsettled += [name] if lo <= 0 <= hi else []
+            held += [f"{words}: " + " and ".join(shown)] if shown else []
+            unsettled += [words] if lo <= 0 <= hi else []
         else:
-            lines.append(f"- {name}: {d:+.3f}; no other seeds of this setting to show beside it"
+            lines.append(f"- {words}: {d:+.3f}; no other seeds of this setting to show beside it"
                          f" (another seed can move it much further than rounding does)")
     for name, why in (cal.get("unused") or {}).items():
-        lines.append(f"- the calibration has none for {name}: {why}")
+        lines.append(f"- the calibration has none for {label(name)}: {why}")
     base = results["vanilla"]["kv_cache_bytes_per_token"]
-    cache = [f"{name}'s KV cache: {r['kv_cache_bytes_per_token']:,} bytes per token against "
-             f"vanilla's {base:,} ({Fraction(r['kv_cache_bytes_per_token'], base)}, exact)"
+    cache = [f"{label(name)}'s KV cache: {r['kv_cache_bytes_per_token']:,} bytes per token "
+             f"against vanilla's {base:,} ({Fraction(r['kv_cache_bytes_per_token'], base)}, exact)"
              for name, r in compared.items() if r["kv_cache_bytes_per_token"] != base]
     if n_cal:  # (held needs the calibration: it is empty without one)
-        lines.append(f"\nWhat held on all {n_cal + 1} seeds, at {info.get('steps', 'these')} "
-                     f"steps: " + ("; ".join(held) or "nothing about the loss") + "." + (
+        lines.append(f"\nWhat held on all {n_cal + 1} seeds at {info.get('steps', 'these')} "
+                     f"steps (the early plateau: the first steps, until the val loss falls below "
+                     f"{info.get('escape_loss', 0):g}): " + ("; ".join(held) or "nothing about "
+                                                            "the loss") + "." + (
                          f" The final loss of {', '.join(unsettled)} is not settled at this "
                          f"length: lower on some seeds, higher on others." if unsettled else ""))
         lines.append(f"\nThe calibration's runs trained on {', '.join(cal.get('machines') or [])}; "
@@ -113,10 +151,12 @@ def one_seed_verdict(results, compared, info, floor, unit):
     if cache:
         lines.append("\nWhat holds on any seed: " + "; ".join(cache) + ".")
     if floor is not None:
-        lines.append(f"\nRounding alone (vanilla with its initial weights nudged one float32 "
-                     f"step, one draw on this seed) moved the final loss by {floor:.4f}: what "
-                     f"another CPU or thread count does to a run" + (
-                         ", not what another seed does." if n_cal else
+        sizes = " and ".join(f"{abs(r['paired']['mean']):.3f}" for r in compared.values())
+        lines.append(f"\nRounding alone: vanilla trained again from starting weights nudged one "
+                     f"float32 step (one draw, this seed) ended {floor:.4f} away from vanilla, "
+                     f"against the differences of {sizes} above. That is what another CPU or "
+                     f"thread count does to a run" + (
+                         "; another seed does more (the ranges above)." if n_cal else
                          ". It is the only band here; another seed moves a difference much "
                          "further (--calibration, or --seeds=1337,1338,1339 for an interval)."))
     return "\n".join(lines)
@@ -173,7 +213,10 @@ def write_tables(root, results, paper, info, search=None):
                                  for n, by_lr in (search or {}).items()}}, f, indent=1)
     reused = (f" ({info['reused']} of {plural(info['runs'], 'run')} reused)" if info["reused"]
               else "")
-    paired = "vanilla" in results  # without vanilla there is nothing to pair with
+    paired, one = "vanilla" in results, len(info["seeds"]) == 1  # vanilla: what to pair with
+    head = ["variant", "params", "tokens", "val loss" if one else "val loss (mean ± std)"] + (
+        [] if not paired else ["minus vanilla", "verdict"] if one else
+        ["minus vanilla, per seed", "mean", "95% interval", "lower on", "verdict"])
     md = ["# Value residual comparison\n"] + ([headline(results, info), ""] if paired else []) + [
           f"`{info['command']}` — {info['hardware']}, {plural(info['jobs'], 'run')} side "
           f"by side, {plural(info.get('threads', 1), 'thread')} each, "
@@ -184,28 +227,25 @@ def write_tables(root, results, paper, info, search=None):
           f"Final val loss = the whole validation split, every token once. Seeds {info['seeds']}: "
           "same seed = the same batches in every mode" + (", and the same initial values for "
           "every tensor a mode shares with vanilla." if paired else ".") +
-          (" Paired difference = variant - vanilla per seed; "
-           "interval = 95% Student t (n-1 df).\n" if paired else "\n"),
-          "| variant | params | tokens | val loss (mean ± std) |" +
-          (" paired diff per seed | mean diff | 95% interval | wins | verdict |" if paired else ""),
-          "|---" * (9 if paired else 4) + "|"]
+          ("" if one or not paired else " Interval = 95% Student t over the seeds (n-1 df).")
+          + "\n", "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for name, r in results.items():
         p = r.get("paired")
-        cells = ([] if not paired else ["-", "-", "-", "-", "-"] if not p else
+        said = ("the noise floor: rounding alone" if name == FLOOR else one_seed_cell(r)
+                if r.get("band_source") == "seeds" and one else p and verdict(
+                    p, noise_floor(results)))
+        cells = ([] if not paired else ["-"] * (len(head) - 4) if not p else
+                 [f"{p['mean']:+.4f}", said] if one else
                  [", ".join(f"{d:+.4f}" for d in p["differences"]), f"{p['mean']:+.4f}",
-                  fmt_interval(p), f"{p['wins']} of {p['n']}",
-                  "the noise floor: rounding alone" if name == FLOOR
-                  else one_seed_cell(r) if r.get("band_source") == "seeds" and p["n"] == 1
-                  else verdict(p, noise_floor(results))])
-        shown = f"{name} ({r['note']})" if r.get("note") else name
-        md.append(f"| {shown} | {r['num_params'] / 1e6:.3f}M | {r['total_tokens'] / 1e6:.2f}M | "
+                  fmt_interval(p), "-" if name == FLOOR else f"{p['wins']} of {p['n']}", said])
+        md.append(f"| {named(name, r)} | {r['num_params'] / 1e6:.3f}M | "
+                  f"{r['total_tokens'] / 1e6:.2f}M | "
                   f"{fmt_mean(r['val_loss_mean'], r['val_loss_std'], len(r['seeds']))} |" +
                   "".join(f" {c} |" for c in cells))
-    if "vanilla" in results:
-        md.append("\nIn-run crossing (labelled as such: with a cosine schedule it is not the "
-                  "data-efficiency measure above): tokens at which each variant's fixed-window "
-                  "val curve first reaches vanilla's final fixed-window loss, per seed, as a share "
-                  "of vanilla's tokens.\n")
+    if paired:
+        md.append("\nIn-run crossing, the paper's \"less data\" reading taken inside each run: "
+                  "the share of vanilla's tokens at which a variant's fixed-window val loss first "
+                  "reached vanilla's final one, per seed (never: it did not).\n")
         total = results["vanilla"]["total_tokens"]
         for name, r in results.items():
             if r.get("crossing_tokens") and name != FLOOR:
@@ -215,7 +255,7 @@ def write_tables(root, results, paper, info, search=None):
                     stats = paired_stats(shares)
                     shown += (f": mean {stats['mean']:.0%} [{stats['interval'][0]:.0%}, "
                               f"{stats['interval'][1]:.0%}] of vanilla's tokens")
-                md.append(f"- {name}: {shown}")
+                md.append(f"- {label(name, r.get('note'))}: {shown}")
     md += ["\n## What each variant costs\n",
            "Total parameters (as the params column above; position embeddings left out), the "
            "parameters one token uses (a lookup table counts one row), training FLOPs per token "
@@ -228,15 +268,16 @@ def write_tables(root, results, paper, info, search=None):
     for n, r in variants.items():
         speed = f"{r['tokens_per_sec']:,.0f}" if np.isfinite(r["tokens_per_sec"]) else "-"
         active, flops = r.get("active_params"), r.get("flops_per_token")
-        md.append(f"| {n} | {r['num_params']:,} | {'-' if active is None else f'{active:,}'} | "
+        md.append(f"| {label(n)} | {r['num_params']:,} | "
+                  f"{'-' if active is None else f'{active:,}'} | "
                   f"{'-' if flops is None else f'{flops / 1e6:.2f}M'} | "
                   f"{r['kv_cache_bytes_per_token']:,} | {speed} |")
     md += curve_table(vanilla_curve(results), results)
-    for key, title in (("attention_entropy",
-                        "Attention entropy per layer (nats; higher = less concentrated)"),
-                       ("similarity",
-                        "Token similarity per layer (mean pairwise cosine; higher = smoother)")):
-        md += [f"\n## {title}\n", "| layer | " + " | ".join(variants) + " |",
+    for key, title in (("attention_entropy", "Attention entropy per layer (the paper's measure of "
+                        "concentration, nats: higher = attention spread over more tokens)"),
+                       ("similarity", "Token similarity per layer (the paper's measure of "
+                        "over-smoothing, mean pairwise cosine: higher = tokens more alike)")):
+        md += [f"\n## {title}\n", "| layer | " + " | ".join(map(label, variants)) + " |",
                "|---" * (len(variants) + 1) + "|"]
         for layer in range(max(len(r[key]) for r in variants.values())):
             md.append(f"| {layer + 1} | " +
@@ -246,9 +287,9 @@ def write_tables(root, results, paper, info, search=None):
     for name, r in variants.items():  # learned mixing weights, e.g. ResFormer's lambdas
         for kind, by_layer in mixing_by_layer(r.get("mixing", {})).items():
             width = max(len(v) for v in by_layer.values())
-            heads = (["lambda_1", "lambda_2"] if kind == "value_lambdas" else
+            heads = (["λ1", "λ2"] if kind == "value_lambdas" else
                      [kind] if width == 1 else [f"{kind}[{i}]" for i in range(width)])
-            md += [f"\n## Learned {kind} of {name}, by layer (mean over seeds)\n",
+            md += [f"\n## Learned {kind} of {label(name)}, by layer (mean over seeds)\n",
                    "| layer | " + " | ".join(heads) + " |",
                    "|---" * (width + 1) + "|"]
             md += [f"| {layer} | " + " | ".join(f"{x:.3f}" for x in v) + " |"
@@ -258,11 +299,11 @@ def write_tables(root, results, paper, info, search=None):
     if paper and "vanilla" in paper:
         md += ["\n## The paper's protocol: every variant at vanilla's best learning rate\n",
                "| variant | vanilla val loss | variant val loss | mean diff | 95% interval "
-               "| wins |",
+               "| lower on |",
                "|---|---|---|---|---|---|"]
-        md += [f"| {name} | {paper['vanilla']['val_loss_mean']:.4f} | {r['val_loss_mean']:.4f} | "
-               f"{r['paired']['mean']:+.4f} | {fmt_interval(r['paired'])} | "
-               f"{r['paired']['wins']} of {r['paired']['n']} |"
+        md += [f"| {label(name)} | {paper['vanilla']['val_loss_mean']:.4f} | "
+               f"{r['val_loss_mean']:.4f} | {r['paired']['mean']:+.4f} | "
+               f"{fmt_interval(r['paired'])} | {r['paired']['wins']} of {r['paired']['n']} |"
                for name, r in paper.items() if "paired" in r]
     with data.atomic_write(os.path.join(root, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
@@ -306,10 +347,11 @@ def curve_table(curve, results=None):
           f"model that much smaller does as well). Interval: the seeds resampled, the line "
           f"refitted. Per seed: each seed's own line, its own run read off it.\n"]
     if curve["vanilla_reading"] is not None:
-        md.append(f"Vanilla itself ({sizes['vanilla']:,} parameters), read off the same line, "
-                  f"is as good as a vanilla model {100 * curve['vanilla_reading']:+.1f}% larger: "
-                  f"the line's miss at the preset's size, which every variant near vanilla's "
-                  f"loss shares, so a reading compares with this one.\n")
+        md.append(f"The line does not pass exactly through vanilla's own point: read off it, "
+                  f"vanilla itself ({sizes['vanilla']:,} parameters) is as good as a vanilla "
+                  f"model {100 * curve['vanilla_reading']:+.1f}% larger. Every variant near "
+                  f"vanilla's loss shares that offset: compare its reading with this one, not "
+                  f"with 0.\n")
     if curve["floor_factor"]:
         f = curve["floor_factor"]
         md.append(f"Rounding alone moved a final loss by up to {curve['floor']:.4f} (the noise "
@@ -322,12 +364,13 @@ def curve_table(curve, results=None):
            "|---|---|---|---|---|---|---|" + ("---|" if curve["floor_factor"] else "")]
     for name, p in curve["placed"].items():
         if p["larger"] is None:
-            md.append(f"| {name} | {p['num_params']:,} | - | - | - | - | the line does not fall |")
+            md.append(f"| {label(name)} | {p['num_params']:,} | - | - | - | - | the line does "
+                      f"not fall |")
             continue
         interval = ("-" if p["interval"] is None else
                     f"[{100 * p['interval'][0]:+.1f}%, {100 * p['interval'][1]:+.1f}%]")
         per_seed = ", ".join("-" if x is None else f"{100 * x:+.0f}%" for x in p["per_seed"])
-        md.append(f"| {name} | {p['num_params']:,} | {p['matched_params']:,.0f} | "
+        md.append(f"| {label(name)} | {p['num_params']:,} | {p['matched_params']:,.0f} | "
                   f"{100 * p['larger']:+.1f}% | {interval} | {per_seed} | "
                   f"{'yes' if p['inside'] else 'no: extrapolated'} |" +
                   ((" no: not a result |" if p["within_floor"] else " yes |")
@@ -354,7 +397,7 @@ def poor_curve_table(curve, results):
     losses = {n: [results[n]["val_loss"][results[n]["seeds"].index(s)] for s in seeds]
               for n in [*curve["sizes"], *curve["placed"]]}
     for name in sorted(losses, key=lambda n: np.mean(losses[n])):
-        shown = f"**{name}**" if name in curve["sizes"] else name
+        shown = f"**{label(name)}**" if name in curve["sizes"] else label(name)
         md.append(f"| {shown} | {results[name]['num_params']:,} | {np.mean(losses[name]):.4f} | "
                   + ", ".join(f"{x:.4f}" for x in losses[name]) + " |")
     return md

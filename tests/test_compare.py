@@ -27,7 +27,7 @@ import model
 from configurator import ConfigError
 from conftest import TINY, run_in_process
 from data import DataError
-from lab import analysis, plots, runs
+from lab import analysis, plots, runs, tables
 from lab import grid as lab_grid
 from lab.analysis import FLOOR
 from model import GPT, GPTConfig
@@ -76,7 +76,10 @@ def test_a_tiny_comparison_writes_its_tables_pictures_and_records(tiny):
     assert (f"11 runs (5 variants x 2 seeds, and vanilla nudged on 1 seed: the noise floor), "
             f"12 at a time, 1 thread each, in {out}") in tiny.printed
     assert tiny.md.startswith("# Value residual comparison\n\n**Verdict on 2 seeds at 10 steps")
-    assert "| vanilla:nudge=1 (nudged one rounding step: the noise floor) |" in tiny.md
+    assert f"    trained {out / 'svformer_seed2'}; now its loss on every validation token\n" in \
+        tiny.printed  # (lab.evaluate's pass, said as it starts)
+    assert ("| vanilla, nudged one rounding step: the noise floor (`vanilla:nudge=1`) |"
+            in tiny.md)
     assert set(modes) == set(TINY_MODES.split(",")) | {FLOOR} and modes[FLOOR]["seeds"] == [1]
     for png in ("loss.png", "attention_entropy.png", "similarity.png", "mixing.png",
                 "size_curve.png"):  # (the size curve: vanilla at three sizes)
@@ -314,8 +317,16 @@ def test_paired_statistics_and_verdicts_on_known_numbers():
     assert analysis.verdict(s, floor=0.03) == "within the rounding floor (±0.0300): not a result"
     skewed = analysis.paired_stats([-0.01] * 7 + [-1.0])  # lower on all 8, interval holds 0
     assert analysis.verdict(skewed, 0.002) == (
-        "not distinguishable from vanilla (the 95% interval includes 0; lower on 8 of 8 seeds: "
-        "chance alone, 1 in 256)")
+        "not distinguishable from vanilla (lower on 8 of 8 seeds: chance alone, 1 in 256, but by "
+        "amounts too uneven for the 95% interval to exclude 0)")
+    split = analysis.paired_stats([-0.03, -0.01, 0.01, 0.02])  # no side holds most seeds
+    assert analysis.verdict(split) == ("not distinguishable from vanilla (the 95% interval "
+                                       "includes 0; lower on 2 of 4 seeds: chance alone, 1 in 1)")
+    # +0.000 as printed, its interval above 0: level, whatever the floor (0, or not measured)
+    level = analysis.paired_stats([0.0001, 0.0002, 0.00015])
+    assert level["interval"][0] > 0 and f"{level['mean']:+.3f}" == "+0.000"
+    assert analysis.verdict(level, 0.0) == analysis.verdict(level) == (
+        "level with vanilla (+0.000): not a result")
     higher = analysis.paired_stats([0.03] * 7 + [0.0])  # a tie counts as neither
     assert analysis.verdict(higher, 0.002) == ("above vanilla, beyond noise (the 95% interval "
                                                "excludes 0; higher on 7 of 8 seeds: chance "
@@ -457,9 +468,10 @@ def test_one_seed_is_shown_with_where_the_calibrations_seeds_put_it(tiny, plays,
     md = (out / "results.md").read_text()
     assert md.startswith("# Value residual comparison\n\n**Verdict: one seed (7), so each "
                          "difference is one draw.**")
-    assert f"where the same difference fell on 2 other seeds ({tiny.out}," in md
-    assert (f"- svformer: {r['paired']['mean']:+.3f}; on the other seeds {min(spread):+.3f} to "
+    assert f"the same difference reached on 2 other seeds ({tiny.out}):" in md
+    assert (f"- SVFormer: {r['paired']['mean']:+.3f}; on the other seeds {min(spread):+.3f} to "
             f"{max(spread):+.3f}") in md
+    assert "\n| SVFormer | " in md
     other = tmp_path / "other"
     shutil.copytree(tiny.out, other, ignore=shutil.ignore_patterns("*.pt", "*.png"))
     for path in other.glob("*/summary.json"):
@@ -563,26 +575,53 @@ def test_the_live_picture_is_drawn_from_the_logs_with_the_floor_as_a_grey_band(t
         grid.append(((name, seed, ""), {"out_dir": str(run_dir)}))
     assert plots.live_loss(str(tmp_path), grid) == str(tmp_path / "loss.png")
     assert (tmp_path / "loss.png").is_file() and not (tmp_path / "loss.live.png").exists()
-    top, bottom = drawn[-1].axes
+    top, gap = drawn[-1].axes  # the curves, then one panel a variant: resformer - vanilla
     assert [t.get_text() for t in top.get_legend().get_texts()] == [
-        plots.MODE_NAMES["vanilla"], plots.MODE_NAMES["resformer"]]  # no line of the floor's
-    band, = [c for c in bottom.collections if c.get_label().startswith(plots.FLOOR_LABEL)]
+        plots.label("vanilla"), plots.label("resformer")]  # no line of the floor's
+    band, = [c for c in gap.collections if c.get_paths() and len(c.get_paths()[0].vertices)]
     assert max(band.get_paths()[0].vertices[:, 1]) == pytest.approx(0.02)  # |3.02 - 3.0|
     red, green, blue, _ = band.get_facecolor()[0]
-    assert red == green == blue  # grey
-    assert bottom.get_xlabel() == "step (64 tokens each)"
+    assert red == green == blue  # grey, and said with its size at the end
+    said = [t.get_text().replace("\n", " ") for t in gap.get_legend().get_texts()]
+    end = abs(logs[FLOOR, 1][-1] - logs["vanilla", 1][-1])  # the last step's, not the largest
+    assert said[-1] == plots.textwrap.fill(f"{plots.FLOOR_LABEL}: {end:.3f} at the end",
+                                           34).replace("\n", " ")
+    assert gap.get_xlabel() == "step (64 tokens each)"
     plots.live_loss(str(tmp_path), [item for item in grid if item[0][0] == "resformer"])
     assert len(drawn[-1].axes) == 1  # without vanilla: no difference to draw
 
 
-def test_pictures_name_the_variants_in_words():
-    names = plots.MODE_NAMES
-    assert plots.label("resformer:lambda_1=2:lambda_2=1") == f"{names['resformer']}, λ = 2"
-    assert plots.label("svformer_kv1") == f"{names['svformer']}, 1 KV head"
-    assert plots.label("resformer_learnable") == f"{names['resformer']}, learned λ"
-    assert plots.label("vanilla:n_embd=24") == f"{names['vanilla']}, n_embd = 24"
-    assert plots.label("value_embed") == names["value_embed"] == "value embeddings"
+def test_the_word_every_30_s_says_what_each_run_is_doing(tmp_path):
+    """No dead air: the progress line reads train.py's own lines as they come (log.jsonl is
+    written only at checkpoints), and names a run whose train.py is done as evaluating."""
+    run, other = tmp_path / "vanilla_seed1", tmp_path / "svformer_seed1"
+    run.mkdir()
+    (run / "train.out").write_text("training vanilla_seed1 at step 0: vanilla, ...\n"
+                                   "step 0: train loss 5.5000, val loss 5.4321\n"
+                                   "step 20: train loss 3.3000, val loss 3.2500\n"
+                                   "iter 30/250: loss 3.1000, lr 8.50e-03, 9 ms/step\n")
+    assert runs.read_log(run) == [] and runs.last_step(run) == (30, 3.25)
+    said = runs.progress([[None, {"out_dir": str(run), "max_iters": 250}, None, None, ["eval"]],
+                          [None, {"out_dir": str(other), "max_iters": 250}, None, None, []]],
+                         time.time())
+    assert said == (" (0.0 min so far; vanilla_seed1 at step 30 of 250, val loss 3.250; "
+                    "svformer_seed1 evaluating on the whole validation split)")
+
+
+def test_pictures_and_tables_name_the_variants_in_words():
+    """One name per variant wherever a class reads it: ResFormer always with its two lambdas
+    (λ2 = 1 left unsaid: the paper's U = A (V_n + λ1 V_1)); the exact name only beside it."""
+    assert plots.label("resformer") == "ResFormer λ1 = λ2 = 0.5"  # model.py's default mix
+    assert plots.label("resformer:lambda_1=2:lambda_2=1") == "ResFormer λ1 = 2"
+    assert plots.label("resformer:lambda_1=2") == "ResFormer λ1 = 2, λ2 = 0.5"
+    assert plots.label("resformer_learnable") == "ResFormer, learned λ1 and λ2"
+    assert plots.label("svformer_kv1") == "SVFormer, 1 KV head"
+    assert plots.label("vanilla:n_embd=24") == "vanilla, n_embd = 24"
+    assert plots.label("value_embed") == "value embeddings"
     assert plots.label("not_a_mode") == "not_a_mode"
+    assert tables.named("resformer:lambda_1=2:lambda_2=1", {}) == (
+        "ResFormer λ1 = 2 (`resformer:lambda_1=2:lambda_2=1`)")
+    assert tables.named("svformer", {}) == "SVFormer"  # (the same word)
 
 
 # ---- failures ----
@@ -666,8 +705,8 @@ def test_a_bug_in_model_py_is_shown_at_its_line_and_no_tables_pretend(plays, tmp
 def test_ctrl_c_exits_130_and_the_same_command_goes_on_from_the_checkpoint(plays, tmp_path,
                                                                           quick, capsys):
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) once the run has a
-    checkpoint: compare exits 130 saying how to go on; the same command resumes the run from its
-    checkpoint, each step trained and logged once."""
+    checkpoint, and again while it stops: compare exits 130 saying once, in one line, how to go
+    on; the same command resumes the run from its checkpoint, each step trained and logged once."""
     out = tmp_path / "cmp"
     run = out / "vanilla_seed1"
     args = BASE + [f"--dataset={plays}", f"--out_dir={out}", "--seeds=1", "--modes=vanilla",
@@ -682,11 +721,14 @@ def test_ctrl_c_exits_130_and_the_same_command_goes_on_from_the_checkpoint(plays
     while not (run / "ckpt.pt").is_file() and time.time() < deadline and process.poll() is None:
         time.sleep(0.02)
     os.killpg(process.pid, signal.SIGINT)
+    time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)
     printed, _ = process.communicate(timeout=60)
     assert process.returncode == 130, printed
-    assert printed.rstrip().endswith(f"interrupted: finished runs are kept in {out}, stopped "
-                                     f"ones have checkpoints; run the same command again to "
-                                     f"continue")
+    said = [line for line in printed.splitlines() if "Ctrl-C" in line or "interrupt" in line]
+    assert said == [printed.rstrip().splitlines()[-1]] == [
+        f"Ctrl-C: stopped; finished runs are kept in {out}, stopped ones keep their last "
+        f"checkpoint: the same command again goes on from there"], printed
     stopped_at = data.load_checkpoint(str(run / "ckpt.pt"))["iter_num"]
     assert 0 < stopped_at < 320 and not (run / "summary.json").exists()
     assert compare.main(args) == 0

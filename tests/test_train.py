@@ -8,6 +8,7 @@ import errno
 import importlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -87,10 +88,14 @@ def test_every_value_mode_trains_and_logs_its_evaluations_and_steps(mode, tiny, 
     assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
     ckpt = load(out)
     assert ckpt["iter_num"] == 10 and ckpt["model_args"]["value_mode"] == mode
-    assert ckpt["tokenizer"] == {"tokenizer": "byte", "vocab_size": 257, "eot": 256}
+    assert ckpt["tokenizer"] == "byte"
     assert not set(train.ACTIONS) & set(ckpt["config"])  # --resume is a command's, not a run's
     printed = capsys.readouterr().out
     assert printed.startswith(f"training {out} at step 0: {mode}, ") and "note:" not in printed
+    # The eval line names each learned mixing weight's numbers: their means over the layers.
+    named = {"resformer": r", lambda_1 -?\d\.\d\d, lambda_2 -?\d\.\d\d\n",
+             "value_embed": r", lambda_n -?\d\.\d\d\n"}.get(mode, r"\d\n")
+    assert len(re.findall(r"step \d+: train loss [\d.]+, val loss [\d.]+" + named, printed)) == 3
     assert printed.endswith(f"saved {out}/ckpt.pt (step 10): python sample.py --out_dir={out} "
                             f"samples from it\n")
 
@@ -181,26 +186,26 @@ def test_a_checkpoint_this_code_cannot_continue_is_one_line(checkpoint, tmp_path
     torch.save({**ckpt, "rank_states": ckpt["rank_states"] * 2}, tmp_path / "ckpt.pt")
     with pytest.raises(ConfigError) as error:
         train.main([f"--out_dir={tmp_path}", "--resume", "--max_iters=6"])
-    assert str(error.value) == (f"{tmp_path}/ckpt.pt was written by 2 process(es): resume it "
-                                f"with as many (torchrun --nproc_per_node)")
+    assert str(error.value) == (f"{tmp_path}/ckpt.pt was written by 2 processes: resume it "
+                                f"with as many")
     ckpt["model"]["transformer.rotary"] = torch.zeros(3)
     torch.save(ckpt, tmp_path / "ckpt.pt")
     with pytest.raises(ConfigError) as error:
         train.main([f"--out_dir={tmp_path}", "--resume", "--max_iters=6"])
     assert str(error.value) == (f"cannot resume {tmp_path}/ckpt.pt: it does not fit today's "
-                                f"model.py (transformer.rotary): other code trained it; start anew")
+                                f"model.py (transformer.rotary): other code trained it")
     assert sorted(os.listdir(tmp_path)) == ["ckpt.pt"]
 
 
 def test_overwrite_keeps_the_old_run_until_the_new_runs_first_checkpoint(tiny, tmp_path,
-                                                                         monkeypatch):
+                                                                         monkeypatch, capsys):
     out, argv = tmp_path / "out", tiny + ["--max_iters=4", "--eval_interval=2"]
     train.main(argv)
     old = {name: (out / name).read_bytes() for name in ("ckpt.pt", "log.jsonl")}
     with pytest.raises(ConfigError) as error:
         train.main(argv)
-    assert str(error.value) == (f"{out} already holds a checkpoint: continue it with --resume, "
-                                f"or train into another --out_dir (--overwrite replaces it)")
+    assert str(error.value) == (f"{out} holds a checkpoint: go on with --resume, or train "
+                                f"into another --out_dir (--overwrite replaces it)")
     real, steps = train.training_step, []
 
     def stopped_in_the_second_step(*args):  # before the new run's first checkpoint (step 2)
@@ -210,9 +215,10 @@ def test_overwrite_keeps_the_old_run_until_the_new_runs_first_checkpoint(tiny, t
         return real(*args)
 
     monkeypatch.setattr(train, "training_step", stopped_in_the_second_step)
-    with pytest.raises(KeyboardInterrupt, match=f"^{out}/ckpt.pt is kept: go on with python "
-                                                f"train.py --resume --out_dir={out}$"):
+    with pytest.raises(KeyboardInterrupt):
         train.main(argv + ["--overwrite", "--seed=7"])
+    assert capsys.readouterr().err == (f"Ctrl-C: stopped; {out}/ckpt.pt is kept: go on with "
+                                       f"python train.py --resume --out_dir={out}\n")
     assert {name: (out / name).read_bytes() for name in old} == old
     assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
     monkeypatch.setattr(train, "training_step", real)
@@ -234,8 +240,8 @@ def test_a_non_finite_loss_stops_with_one_line_and_a_diverged_entry(tiny, tmp_pa
     monkeypatch.setattr(train, "training_step", nan_from_step_3)
     with pytest.raises(ConfigError) as error:
         train.main(tiny + ["--max_iters=6", "--eval_interval=2", "--log_interval=1"])
-    assert str(error.value) == (f"the loss is not finite at step 3: stopped (try a lower "
-                                f"--learning_rate); {out}/ckpt.pt is the last good")
+    assert str(error.value) == ("the loss is not finite at step 3: stopped (try a lower "
+                                "--learning_rate)")
     log = read_log(out)
     assert log[-1] == {"iter": 3, "kind": "diverged"} and log[-2]["kind"] == "train"
     assert load(out)["iter_num"] == 2
@@ -243,21 +249,17 @@ def test_a_non_finite_loss_stops_with_one_line_and_a_diverged_entry(tiny, tmp_pa
 
 def test_run_main_one_line_for_a_users_mistake_130_for_ctrl_c_a_traceback_for_a_bug(
         tiny, monkeypatch, capsys):
-    """A UserError: "error: ..." (Python exits 1 with it); Ctrl-C: 130, rank 0 saying what is
-    kept; a bug (here in model.py) and any other error propagate, so Python shows the traceback."""
+    """A UserError: "error: ..." (Python exits 1 with it); Ctrl-C: 130 (the script has said what
+    it kept); a bug (here in model.py) and any other error propagate, so Python shows the
+    traceback."""
     monkeypatch.setattr(sys, "argv", ["train.py"])
-    monkeypatch.delenv("RANK", raising=False)
     for error, code in [(ConfigError("--a=1: must be at least 2"), "error: --a=1: must be at "
                                                                    "least 2"),
                         (data.DataError("no dataset in data/x"), "error: no dataset in data/x"),
-                        (KeyboardInterrupt("out/ckpt.pt is kept"), 130)]:
+                        (KeyboardInterrupt(), 130)]:
         with pytest.raises(SystemExit) as stopped:
             configurator.run_main(raising(error))
         assert stopped.value.code == code
-    assert capsys.readouterr().err == "Ctrl-C: stopped; out/ckpt.pt is kept\n"
-    monkeypatch.setenv("RANK", "1")  # under torchrun every process is stopped; rank 0 says so
-    with pytest.raises(SystemExit, match="^130$"):
-        configurator.run_main(raising(KeyboardInterrupt("out/ckpt.pt is kept")))
     assert capsys.readouterr().err == ""
     with pytest.raises(SystemExit, match="^3$"):
         configurator.run_main(lambda argv: 3)
@@ -291,8 +293,7 @@ def test_a_full_disk_is_one_line_and_keeps_the_files_written_before(tiny, tmp_pa
     with pytest.raises(SystemExit) as stopped:
         configurator.run_main(train.main)
     assert stopped.value.code == (f"error: no space left on device ({out}/ckpt.pt.tmp): free some"
-                                  f" space and run the command again; files written whole before "
-                                  f"are kept")
+                                  f" space and run the command again")
     assert saves == [2, 4] and sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
     assert load(out)["iter_num"] == 2 and read_log(out)[-1]["iter"] == 2
 
@@ -302,11 +303,9 @@ def test_out_of_memory_is_one_line_naming_a_smaller_micro_step_and_lab_memory(ti
     monkeypatch.setattr(train, "training_step", raising(torch.OutOfMemoryError("CUDA OOM")))
     with pytest.raises(ConfigError) as error:
         train.main(tiny + ["--overwrite"])
-    cfg = parse(TINY)
     assert str(error.value) == (
-        f"out of GPU memory at batch_size {cfg.batch_size} x block_size {cfg.block_size}: "
-        f"halve --batch_size, double --gradient_accumulation_steps; what fits: python -m "
-        f"lab.memory " + " ".join(tiny + ["--overwrite"]))  # (lab.memory ignores the action)
+        "out of GPU memory: halve --batch_size and double --gradient_accumulation_steps "
+        "(python -m lab.memory " + " ".join(tiny + ["--overwrite"]) + " says what fits)")
 
 
 def test_python_train_py_with_a_bad_setting_exits_1_with_one_line(tmp_path):
@@ -314,7 +313,7 @@ def test_python_train_py_with_a_bad_setting_exits_1_with_one_line(tmp_path):
                            f"--out_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert (done.returncode, done.stdout, done.stderr) == (
-        1, "", "error: --dropout=1.5: must be between 0.0 and 0.99 (dropout rate)\n")
+        1, "", "error: --dropout=1.5: must be from 0.0 to 0.99 (dropout rate)\n")
     assert not (tmp_path / "out").exists()
 
 
@@ -364,7 +363,8 @@ def test_every_numeric_setting_has_limits(script):
 
 @pytest.mark.parametrize("key", [k for k, spec in train.SETTINGS.items() if len(spec) > 2])
 def test_a_value_outside_its_settings_limits_is_one_line_naming_it(key):
-    default, meaning, (low, high) = train.SETTINGS[key]
+    default, meaning, low, *high = train.SETTINGS[key]
+    high = high[0] if high else None
     step = 1 if isinstance(default, int) else 0.5
     for value in [v for v in (low, high) if v is not None]:
         assert getattr(parse([f"--{key}={value}"]), key) == value  # the limits are allowed
@@ -381,13 +381,13 @@ def test_a_value_outside_its_settings_limits_is_one_line_naming_it(key):
 
 @pytest.mark.parametrize("argv,message", [
     (["--learning_rate=nan"], "--learning_rate=nan: must be a finite float, like 0.003"),
-    (["--dropout=1.5"], "--dropout=1.5: must be between 0.0 and 0.99 (dropout rate)"),
-    (["--n_layer=0"], "--n_layer=0: must be at least 1 (transformer blocks (this and below"),
+    (["--dropout=1.5"], "--dropout=1.5: must be from 0.0 to 0.99 (dropout rate)"),
+    (["--n_layer=0"], "--n_layer=0: must be from 1 to inf (transformer blocks)"),
     (["--n_layer=4.5"], "--n_layer=4.5: must be int, like 4"),
     (["--compile=yes"], "--compile=yes: must be bool, like False"),
-    (["--n_layers=4"], "unrecognized arguments: --n_layers=4"),
-    (["--lr=1"], "unrecognized arguments: --lr=1"),  # no abbreviations: a typo is a typo
-    (["--max_iters"], "argument --max_iters: expected one argument")])
+    (["--n_layers=4"], "--n_layers=4: no such setting here (--help lists them)"),
+    (["--lr=1"], "--lr=1: no such setting here"),  # no abbreviations: a typo is a typo
+    (["--max_iters"], "--max_iters=true: must be int, like 6000")])
 def test_a_bad_value_is_one_line(argv, message):
     with pytest.raises(ConfigError) as error:
         parse(argv)
@@ -396,16 +396,16 @@ def test_a_bad_value_is_one_line(argv, message):
 
 @pytest.mark.parametrize("argv,world,message", [
     (["--min_lr=0.1"], 1, "--min_lr=0.1: must be at most --learning_rate"),
-    (["--gradient_accumulation_steps=3"], 2, "--gradient_accumulation_steps=3, all processes' "
-                                             "micro-steps, must divide by their number (2)"),
+    (["--gradient_accumulation_steps=3"], 2, "--gradient_accumulation_steps=3: must divide "
+                                             "among the 2 processes"),
     (["--n_head=3"], 1, "n_embd (16) must be divisible by n_head (3)"),
-    (["--value_mode=resformr"], 1, "value_mode must be one of vanilla, resformer, svformer"),
+    (["--value_mode=resformr"], 1, "value_mode 'resformr': use vanilla, resformer, svformer"),
     (["--value_mode=vanilla", "--learnable_lambda"], 1, "lambda_1, lambda_2 and learnable_lambda "
-                                                        "only apply to value_mode=resformer"),
-    (["--device=cuda"], 1, "--device=cuda: not here; use auto, cpu, cuda, cuda:N"),
-    (["--dtype=fp8"], 1, "--dtype=fp8: use auto (it picks), float32, bfloat16"),
-    (["--dataset=no_such_plays"], 1, "no dataset in data/no_such_plays (no meta.json): make it "
-                                     "with python prepare.py")])
+                                                        "are resformer's alone"),
+    (["--device=cuda"], 1, "--device=cuda: not here; use auto or cpu"),
+    (["--dtype=fp8"], 1, "--dtype=fp8: use auto, float32, float16 or"),
+    (["--dataset=no_such_plays"], 1, "no dataset in data/no_such_plays: make one with python "
+                                     "prepare.py")])
 def test_settings_that_cannot_train_are_one_line_before_any_file(argv, world, message, tiny,
                                                                   tmp_path, monkeypatch):
     if argv == ["--device=cuda"] and torch.cuda.is_available():
@@ -427,13 +427,13 @@ def test_an_out_dir_that_cannot_be_a_folder_is_one_line(tiny, tmp_path):
 
 
 @pytest.mark.parametrize("text,message", [
-    (None, "no preset file {} (presets live in config/)"),
-    ("import os\n", "{}:1: presets hold only `key = value` lines"),
-    ("n_layer = os.cpu_count()\n", "{}: a line is not `key = literal` (ValueError)"),
-    ("n_layer = \n", "{}: a line is not `key = literal` (SyntaxError)"),
+    (None, "no preset file {} (the presets are in config/)"),
+    ("import os\n", "{}: a preset holds only `key = value` lines"),
+    ("n_layer = os.cpu_count()\n", "{}: a preset holds only `key = value` lines"),
+    ("n_layer = \n", "{}: a preset holds only `key = value` lines"),
     ("# for compare.py, not train.py\n# more\nmodes = 'vanilla'\n",
-     "{}: unknown setting modes (for compare.py, not train.py)"),
-    ("bogus = 1\n", "{}: unknown setting bogus (--help lists them)"),
+     "{}: modes is no setting here (--help lists them)"),
+    ("bogus = 1\n", "{}: bogus is no setting here (--help lists them)"),
     ("n_layer = 4.0\n", "--n_layer=4.0: must be int, like 4")])
 def test_a_bad_preset_is_one_line(text, message, tmp_path):
     preset = tmp_path / "preset.py"
@@ -453,8 +453,8 @@ def test_presets_then_overrides_each_value_as_its_settings_type(tmp_path):
         3, 0.25, "svformer", 1.0, True)
     assert type(cfg.learning_rate) is float and parse(["--compile=FALSE"]).compile is False
     assert parse(["--value_mode=1e3"]).value_mode == "1e3"  # text stays text
-    with pytest.raises(ConfigError, match="demo.py: unknown setting .*python compare.py config/"):
-        parse([os.path.join(ROOT, "config", "demo.py")])  # a compare.py preset says so
+    with pytest.raises(ConfigError, match="demo.py: [a-z_]+ is no setting here"):
+        parse([os.path.join(ROOT, "config", "demo.py")])  # a compare.py preset
 
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])
@@ -464,11 +464,11 @@ def test_help_lists_every_setting_with_the_value_the_command_would_use(flag, cap
         parse(argv + [flag])
     printed = capsys.readouterr().out
     assert stopped.value.code == 0 and printed.startswith(f"usage: {train.USAGE}")
-    flat, cfg = "".join(printed.split()), parse(argv)  # argparse wraps lines where it likes
+    cfg = parse(argv)
     assert (cfg.n_layer, cfg.n_embd) == (6, 768)
     for key, (default, meaning, *_) in train.SETTINGS.items():
-        assert f"--{key} " in printed and "".join(f"{meaning} ({getattr(cfg, key)})".split()) in \
-            flat, key
+        assert f"  --{key}={getattr(cfg, key)}  {meaning}\n" in printed, key
+    assert "one of vanilla, resformer, svformer, value_embed" in printed  # model.py's modes
 
 
 def test_a_field_added_to_gptconfig_becomes_a_setting_of_train_py(monkeypatch):
@@ -500,15 +500,17 @@ def test_the_start_line_notes_a_run_that_sees_its_tokens_more_than_once(tiny, pl
     step = cfg.batch_size * cfg.block_size
     many = train_tokens // step + 1  # steps that take a few tokens more than the split
     monkeypatch.setattr(train, "training_step", raising(KeyboardInterrupt))
-    with pytest.raises(KeyboardInterrupt, match="no checkpoint yet"):
+    with pytest.raises(KeyboardInterrupt):
         train.main(tiny + [f"--max_iters={many}"])
-    assert (f"\nnote: {many:,} steps read {many * step / train_tokens:.2f} times the "
-            f"{train_tokens:,} training tokens: it sees its data more than once\n") in \
-        capsys.readouterr().out
-    record = dict(tokens_per_step=step, num_params=1000, device="cpu", dtype="float32")
+    out, err = capsys.readouterr()
+    assert (f"\nnote: the run reads its {train_tokens:,} training tokens "
+            f"{many * step / train_tokens:.2f} times\n") in out
+    assert err == "Ctrl-C: stopped; no checkpoint yet\n"
+    record = dict(tokens_per_step=step, num_params=1000, device="cpu", dtype="float32",
+                  train_tokens=10 * step)
     for steps, noted in [(10, False), (11, True)]:  # a split of 10 steps' tokens
-        train.start_run(parse(tiny + [f"--max_iters={steps}"]), None, record, 10 * step)
-        assert ("it sees its data more than once" in capsys.readouterr().out) == noted
+        train.start_run(parse(tiny + [f"--max_iters={steps}"]), None, record)
+        assert ("note: the run reads its" in capsys.readouterr().out) == noted
 
 
 # ---- MFU and the schedule ----
@@ -557,7 +559,7 @@ def test_batches_draw_every_window_of_every_shard_and_a_split_too_short_is_one_l
     T = 4
     shards = [np.arange(1000 * s, 1000 * s + n, dtype=np.uint16)
               for s, n in enumerate([T + 1, 30, T + 2, 12])]
-    batches = data.Batches(shards, 8, T, seed=0, split="train")
+    batches = data.Batches(shards, 8, T, seed=0)
     starts = collections.defaultdict(set)  # shard: the starts of the windows drawn from it
     for _ in range(300):
         x, y = batches.next()
@@ -571,10 +573,11 @@ def test_batches_draw_every_window_of_every_shard_and_a_split_too_short_is_one_l
     batches.reset()
     assert all(torch.equal(a, b) for a, b in zip(first, batches.next()))
     with pytest.raises(data.DataError) as error:
-        data.Batches([np.arange(17, dtype=np.uint16)], 8, 16, seed=0, split="val")
-    assert str(error.value) == ("the val split's longest shard has 17 tokens, fewer than a "
-                                "window needs (block_size 16 + 2): use a smaller --block_size, "
-                                "or more text")
+        data.Batches([np.arange(17, dtype=np.uint16)], 8, 16, seed=0)
+    assert str(error.value) == ("no shard holds a window of block_size 16 + 2 tokens: use a "
+                                "smaller --block_size, or more text")
+    with pytest.raises(data.DataError):  # a split without shards
+        data.Batches([], 8, 16, seed=0)
 
 
 # ---- torchrun: 2 processes, gloo on the CPU ----
@@ -604,18 +607,37 @@ def test_torchrun_two_processes_log_once_and_their_checkpoint_resumes_with_two(t
     stdout = torchrun(*tiny, "--max_iters=4", "--eval_interval=2", "--log_interval=1",
                       "--gradient_accumulation_steps=2")
     cfg = parse(TINY)
-    assert (f"{2 * cfg.batch_size * cfg.block_size} tokens a step ({cfg.batch_size} x "
-            f"{cfg.block_size} a micro-step, 2 of them)") in stdout
+    assert f", {2 * cfg.batch_size * cfg.block_size} tokens a step\n" in stdout
     assert stdout.count("step 4: train loss") == 1  # rank 0 alone prints
     ckpt = load(out)
     assert ckpt["world"] == 2 and len(ckpt["rank_states"]) == 2
-    generators = [state["data"]["generator"] for state in ckpt["rank_states"]]
+    generators = [state["batches"] for state in ckpt["rank_states"]]
     assert not torch.equal(*generators)  # each process draws its own batches
     assert [e["iter"] for e in read_log(out) if e["kind"] == "train"] == [1, 2, 3, 4]
     assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
-    with pytest.raises(ConfigError, match=r"written by 2 process\(es\): resume it with as many"):
+    with pytest.raises(ConfigError, match=r"written by 2 processes: resume it with as many"):
         train.main([f"--out_dir={out}", "--resume", "--max_iters=6"])
     stdout = torchrun(f"--out_dir={out}", "--resume", "--max_iters=6")
     assert stdout.startswith(f"resuming {out} at step 4: ")
     assert [e["iter"] for e in read_log(out) if e["kind"] == "train"] == [1, 2, 3, 4, 5, 6]
     assert load(out)["iter_num"] == 6
+
+
+def test_a_float16_run_resumes_with_its_loss_scale(plays, tmp_path, monkeypatch):
+    """In float16 the GradScaler's scale is part of the run: it halves when a step's gradients
+    overflow and doubles after growth_interval good ones (here 2, not 2,000, so that it moves).
+    12 steps straight, or 6 and a resume: the same losses and the same scale."""
+    scaler = torch.amp.GradScaler
+    monkeypatch.setattr(torch.amp, "GradScaler", lambda *a, **kw: scaler(
+        *a, growth_interval=2, **kw))
+    run = TINY + [f"--dataset={plays}", "--max_iters=12", "--lr_decay_iters=12",
+                  "--eval_interval=3", "--log_interval=1", "--dtype=float16"]
+    train.main(run + [f"--out_dir={tmp_path / 'straight'}"])
+    train.main(run + [f"--out_dir={tmp_path / 'resumed'}", "--max_iters=6"])
+    half = load(tmp_path / "resumed")["scaler"]["scale"]
+    train.main([f"--out_dir={tmp_path / 'resumed'}", "--resume", "--max_iters=12"])
+    logs = {name: [(e["kind"], e["iter"], e.get("loss"), e.get("val_loss"))
+                   for e in read_log(tmp_path / name)] for name in ("straight", "resumed")}
+    assert len(logs["straight"]) == 12 + 5 and logs["resumed"] == logs["straight"]
+    scales = [load(tmp_path / name)["scaler"]["scale"] for name in ("straight", "resumed")]
+    assert half != 2.0 ** 16 and scales[0] == scales[1]  # moved by step 6, and carried on
