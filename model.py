@@ -196,7 +196,7 @@ class GPT(nn.Module):
         rng = torch.get_rng_state()  # where this model's random draws start
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),  # GPT-2's learned positions
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([Block(config, i) for i in range(config.n_layer)]),
             ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
@@ -272,7 +272,6 @@ class GPT(nn.Module):
             raise ValueError("KVCache: only the first step may feed several tokens")
         if start + T > self.config.block_size:
             raise ValueError(f"{start + T} tokens exceed block_size {self.config.block_size}")
-        # GPT-2's learned positions: a vector per position, added to each token's.
         pos = torch.arange(start, start + T, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         first_value = None

@@ -81,7 +81,7 @@ def write_dataset(out_dir, splits, tok, cfg, documents):
     """The shards and meta.json into a new folder, renamed to out_dir once whole; a dataset
     that was there is renamed aside first, and deleted last."""
     os.makedirs(cfg.out_root, exist_ok=True)
-    name, aside, new = os.path.basename(out_dir), None, None
+    name, aside = os.path.basename(out_dir), None
     try:
         new = tempfile.mkdtemp(prefix=f".{name}.new-", dir=cfg.out_root)
         os.chmod(new, 0o755)  # (mkdtemp's folder is its owner's alone)
@@ -106,11 +106,7 @@ def write_dataset(out_dir, splits, tok, cfg, documents):
             os.replace(out_dir, os.path.join(aside, name))
         os.replace(new, out_dir)
     except BaseException:
-        if aside and not os.path.exists(out_dir):  # the old one back where it was
-            os.replace(os.path.join(aside, name), out_dir)
-        for folder in (new, aside):
-            if folder:
-                shutil.rmtree(folder, ignore_errors=True)
+        tidy(cfg.out_root, name)  # the old dataset back if it was aside, the new folder gone
         raise
     if aside:
         shutil.rmtree(aside)

@@ -155,19 +155,23 @@ def test_runs_of_other_settings_threads_or_cut_short_are_refused_in_one_line(tin
 # Edits of a copy of the project: (file, a text there, its replacement; None: appended).
 UNSEEN = [  # comments, docstrings, formatting
     ("model.py", None, "# the student's note: try lambda_1 = 2\n"),
-    ("model.py", '"""One GPT, four value modes', '"""One GPT (my notes), four value modes'),
-    ("train.py", '"""A linear warmup, then a cosine', '"""A warmup (as GPT-2), then a cosine'),
+    ("model.py", "One GPT, four value modes", "One GPT (my notes), four value modes"),
+    ("train.py", '"""One AdamW step over', '"""One AdamW step (as nanoGPT) over'),
     ("train.py", "    end = cfg.lr_decay_iters or cfg.max_iters\n",
      "    end = (cfg.lr_decay_iters\n           or cfg.max_iters)  # reformatted\n"),
+    ("lab/tables.py", None, "SHOWN = 3\n"),  # code that only reads logs and draws tables
+    ("helper.py", None, "def activation(x):\n    return 2 * x\n"),  # a module nothing imports
 ]
 SEEN = [  # every edit that can change what a run computes
-    ("train.py", "cosine = 0.5 * (1.0 + math.cos(math.pi * (it - warmup) / (end - warmup)))",
-     "cosine = 1.0 - (it - warmup) / (end - warmup)"),  # linear, between the same endpoints
+    ("train.py", "coeff = 0.5 * (1.0 + math.cos(math.pi * (it - warmup) / (end - warmup)))",
+     "coeff = 1.0 - (it - warmup) / (end - warmup)"),  # linear, between the same endpoints
     ("train.py", 'group["lr"] = lr * group["lr_scale"]', 'group["lr"] = lr / 2 * group["lr_scale"]'
      ),  # the lr inside the loop
-    ("model.py", '"no_decay": (0.0, 1.0)', '"no_decay": (weight_decay, 1.0)'),
+    ("model.py", '{"params": no_decay, "weight_decay": 0.0,',
+     '{"params": no_decay, "weight_decay": weight_decay,'),
     ("lab/evaluate.py", None, "WINDOWS_AT_ONCE = 2\n"),
-    ("helper.py", None, "def activation(x):\n    return 2 * x\n"),  # a student's new module
+    ("mods/mlp.py", "2 * x", "3 * x"),  # deep in a package model.py imports
+    ("model.py", None, "import mods.other\n"),  # a module of it newly imported
 ]
 
 
@@ -179,6 +183,14 @@ def test_the_code_version_sees_every_edit_that_can_change_a_run_and_no_comment(t
     for path in ROOT.glob("*.py"):
         shutil.copy(path, tmp_path)
     shutil.copytree(ROOT / "lab", tmp_path / "lab", ignore=shutil.ignore_patterns("__pycache__"))
+    # A student's package, which model.py imports: its code is a run's code too.
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "__init__.py").write_text("")
+    (tmp_path / "mods" / "mlp.py").write_text("def act(x):\n    return 2 * x\n")
+    (tmp_path / "mods" / "other.py").write_text("SCALE = 1\n")
+    model_py = tmp_path / "model.py"
+    model_py.write_text(model_py.read_text().replace("import torch\n",
+                                                     "import torch\nfrom mods.mlp import act\n", 1))
     before = runs.code_version(str(tmp_path))
     name, old, new = edit
     path = tmp_path / name
@@ -205,13 +217,23 @@ def test_runs_of_other_code_are_moved_aside_whole_and_trained_again(plays, tmp_p
         assert compare.main(args) == 0
         printed = capsys.readouterr()
         assert (f"not reused: {run} was trained by other code (code version {before} there, "
-                f"{version} today); moved to {run}.other-code-{n}, trained again") in printed.err
+                f"{version} today); moved to {run}.other-code-{n}\n") in printed.err
         assert f"[1/1] {run}: training" in printed.out
         assert json.loads((run / "summary.json").read_text())["code"] == version
         before = version
     kept = Path(f"{run}.other-code-1")
     assert (kept / "summary.json").read_text() == first  # the first aside, whole
     assert {"ckpt.pt", "log.jsonl", "code.json", "train.out"} <= {p.name for p in kept.iterdir()}
+    # The edit undone: the first run comes back, the run of the other code goes aside in its
+    # place, and nothing trains.
+    original = json.loads(first)["code"]
+    monkeypatch.setattr(compare, "code_version", lambda: original)
+    capsys.readouterr()
+    assert compare.main(args) == 0
+    printed = capsys.readouterr()
+    assert f"moved to {run}.other-code-3\n" in printed.err and ": training" not in printed.out
+    assert f"brought back: {kept}, trained by today's code, is {run} again\n" in printed.err
+    assert (run / "summary.json").read_text() == first and not kept.exists()
     monkeypatch.setattr(compare, "code_version", lambda: "0000000000000000")
     capsys.readouterr()
     assert compare.main(args + ["--reuse_other_code"]) == 0
@@ -737,3 +759,23 @@ def test_ctrl_c_exits_130_and_the_same_command_goes_on_from_the_checkpoint(plays
     assert [e["iter"] for e in log if e["kind"] == "train"] == list(range(5, 321, 5))
     assert [e["iter"] for e in log if e["kind"] == "eval"] == list(range(0, 321, 40))
     assert [e["iter"] for e in log if e["kind"] == "final"] == [320]
+
+
+def test_a_calibration_missing_a_run_names_what_is_there_and_advises_no_deletion(
+        tiny, plays, tmp_path, quick, capsys):
+    """A calibration is a record: its reasons never advise deleting it, and never name a folder
+    that is not there (a seed it lacks), nor call a run of other settings anything else."""
+    other = tmp_path / "other"
+    shutil.copytree(tiny.out, other, ignore=shutil.ignore_patterns("*.pt", "*.png"))
+    shutil.rmtree(other / "svformer_seed2")  # a run never made
+    summary = other / "vanilla_seed1" / "summary.json"
+    record = json.loads(summary.read_text())
+    summary.write_text(json.dumps({**record, "config": {**record["config"], "dropout": 0.2}}))
+    args = BASE + [f"--dataset={plays}", f"--out_dir={tmp_path / 'one'}", "--seeds=7",
+                   "--modes=vanilla,svformer", f"--calibration={other}"]
+    assert compare.main(args) == 0
+    printed = capsys.readouterr().out
+    assert (f"calibration: none for vanilla: {other / 'vanilla_seed1'} holds a run of other "
+            f"settings\n") in printed
+    assert f"calibration: none for svformer: {other} has no run of it on seed 2\n" in printed
+    assert "delete" not in printed and "not finished there" not in printed

@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 GATED = [
     ('VALUE_MODES = ("vanilla", "resformer", "svformer", "value_embed")',
      'VALUE_MODES = ("vanilla", "resformer", "svformer", "value_embed", "gated")', "replace"),
-    ('MIXING_WEIGHTS = ("value_lambdas", "value_lambda")',
-     'MIXING_WEIGHTS = ("value_lambdas", "value_lambda", "gate")', "replace"),
+    ('MIXING_WEIGHTS = {"value_lambdas": ("lambda_1", "lambda_2"), "value_lambda": ("lambda_n",)}',
+     'MIXING_WEIGHTS = {"value_lambdas": ("lambda_1", "lambda_2"), "value_lambda": ("lambda_n",),\n'
+     '                  "gate": ("gate",)}', "replace"),
     ("            self.value_lambda = nn.Parameter(torch.tensor(0.5))",
      '        if config.value_mode == "gated" and layer_idx > 0:\n'
      "            self.gate = nn.Parameter(torch.zeros(()))", "after"),
@@ -33,13 +34,14 @@ GATED = [
      "            value = v + self.gate * first_value", "before"),
 ]
 ROPE = [
-    ("            wpe=nn.Embedding(config.block_size, config.n_embd),  # positions: used in "
-     "forward only", None, "replace"),
+    ("            wpe=nn.Embedding(config.block_size, config.n_embd),  # GPT-2's learned "
+     "positions", None, "replace"),
+    ("        pos = torch.arange(start, start + T, dtype=torch.long, device=idx.device)", None,
+     "replace"),
     ("        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))",
      "        x = self.transformer.drop(self.transformer.wte(idx))", "replace"),
-    ("        v = self.heads(parts[2], self.n_kv_head) if self.owns_value else None  # None: no "
-     "W_V here", "        q, k = rope(q, k, kv_cache.length if kv_cache is not None else 0)",
-     "after"),
+    ("        v = self.heads(parts[2], self.n_kv_head) if self.owns_value else None",
+     "        q, k = rope(q, k, kv_cache.length if kv_cache is not None else 0)", "after"),
     ("class KVCache:", '''def rope(q, k, start):
     """Rotary positions (RoFormer): each pair of features of q and k turned by an angle that
     grows with the position, so attention sees how far apart two tokens are."""
@@ -53,8 +55,7 @@ ROPE = [
 ''', "before"),
 ]
 SWIGLU = [
-    ("    learnable_lambda: bool = False  # resformer: per-layer lambdas trained, starting from "
-     "the above",
+    ("    learnable_lambda: bool = False  # resformer: learn them per layer, from these",
      '    mlp: str = "gelu"  # the MLP: "gelu" (GPT-2\'s) or "swiglu" (a gated one, as Llama\'s)',
      "after"),
     ("        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)",
@@ -157,6 +158,10 @@ def test_a_mode_added_in_model_py_alone_trains_samples_compares_and_benches(tmp_
     copy = project_copy(tmp_path)
     edit(copy, GATED)
     printed = run(copy, "-c", PREAMBLE + GATED_RECIPE)
+    assert "  --value_mode=resformer  one of vanilla, resformer, svformer, value_embed, gated\n" \
+        in run(copy, "train.py", "--help")  # its name in --help, from VALUE_MODES
+    tested = run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_model.py")
+    assert " passed" in tested and "failed" not in tested  # test_model.py stays green
     assert re.search(r"^step 10: train loss [\d.]+, val loss [\d.]+, gate -?[\d.]+$", printed,
                      re.MULTILINE), printed  # the eval line: the gates' mean
     evals = [r for r in map(json.loads, open(copy / "out-gated" / "log.jsonl"))

@@ -2,7 +2,7 @@
 checkpoint) and what is built from them. Where today's code is the code that trained them (its
 code version), the commands that made them reuse every run and rebuild their tables, training
 nothing; after an edit to that code they are reused by nothing (tests/test_compare.py shows the
-set-aside), so these tests then say so and skip."""
+set-aside), so these tests then fail until the records are stamped again."""
 import contextlib
 import io
 import json
@@ -31,12 +31,14 @@ def records(folder):
     return [json.load(open(p)) for p in sorted((RESULTS / folder).glob("*/summary.json"))]
 
 
-def skip_unless_todays_code():
+def assert_todays_code():
+    """The committed records carry today's code version: after an edit to a run's code they
+    are stale, and these tests fail (not skip) until the maintainer stamps them again with
+    python -m lab.stamp (docs/RESULTS.md gives the command)."""
     versions = {s.get("code") for folder in STAMPED for s in records(folder)}
-    if versions != {code_version()}:
-        pytest.skip(f"today's code ({code_version()}) did not train the committed records "
-                    f"({', '.join(sorted(map(str, versions)))}): an edit since, so they are "
-                    f"reused by nothing")
+    assert versions == {code_version()}, (
+        f"today's code ({code_version()}) did not train the committed records "
+        f"({', '.join(sorted(map(str, versions)))}): stamp them again (docs/RESULTS.md)")
 
 
 def printed_alike(a, b, tol=1e-4):
@@ -70,7 +72,7 @@ def test_every_record_is_one_code_version_and_names_its_machine():
 def test_the_committed_comparisons_plan_nothing_to_train(tmp_path):
     """`python compare.py --out_dir=docs/results/default --plan` prints no run: every record is
     reused (a copy of the folder, since --plan writes each unfinished run's code.json)."""
-    skip_unless_todays_code()
+    assert_todays_code()
     for folder, argv in (("default", []), ("size_curve", None)):
         copy = tmp_path / "docs" / "results" / folder
         shutil.copytree(RESULTS / folder, copy, ignore=shutil.ignore_patterns("*.png"))
@@ -87,7 +89,7 @@ def test_the_committed_comparisons_plan_nothing_to_train(tmp_path):
 def test_the_size_curve_table_is_what_its_committed_runs_give(tmp_path, monkeypatch):
     """docs/results/size_curve/results.json (which docs/RESULTS.md and the notebook read) is what
     the command on its first line rebuilds from the runs committed beside it, training nothing."""
-    skip_unless_todays_code()
+    assert_todays_code()
     committed = RESULTS / "size_curve"
     table = json.load(open(committed / "results.json"))
     shutil.copytree(committed, tmp_path / "docs" / "results" / "size_curve",
@@ -111,7 +113,7 @@ def test_the_size_curve_table_is_what_its_committed_runs_give(tmp_path, monkeypa
 
 def test_the_demos_calibration_is_reused_by_todays_code():
     """config/demo.py's 20 calibration seeds give every variant of the demo its band."""
-    skip_unless_todays_code()
+    assert_todays_code()
     cfg = vars(configurator.parse_args(compare.SETTINGS, [str(ROOT / "config" / "demo.py")], ""))
     modes = parse_modes(cfg["modes"])
     from lab.grid import own_lrs
