@@ -22,6 +22,7 @@ from torch.utils.benchmark import Measurement, Timer
 import data
 from data import plural
 from configurator import ConfigError, parse_args, run_main
+from lab import cards
 from lab.analysis import LOGIT_TOLERANCE, cache_logit_error, sizes
 from lab.grid import parse_list
 from model import GPT, VALUE_MODES, GPTConfig, KVCache
@@ -32,24 +33,22 @@ UNUSED = ("out_dir", "eval_interval", "log_interval", "eval_iters", "max_iters",
           "lr_decay_iters", "min_lr", "dropout", "value_mode") + ACTIONS
 BENCH_SETTINGS = dict(
     seq_len=(0, "tokens per sequence in the timed training step (0 = block_size)", (0, None)),
-    vocab_size=(0, "vocabulary of the synthetic tokens (0 = 320 for a *_byte dataset, "
-                   "else GPT-2's 50304)", (0, None)),
+    vocab_size=(0, "the random tokens' vocabulary (0: 320 for a *_byte dataset, else 50,304)",
+                (0, None)),
     parts=("train,decode,cache", "what to measure: train, decode, cache"),
     modes=(",".join(VALUE_MODES), "value modes, side by side (model.py's VALUE_MODES)"),
     train_steps=(20, "timed training steps (the median is reported)", (1, None)),
-    accumulation=(0, "micro-steps per timed training step (0 = gradient_accumulation_steps, "
-                     "at most 4): the optimizer step amortised as in training", (0, None)),
+    accumulation=(0, "micro-steps a timed step (0: gradient_accumulation_steps, at most 4)",
+                  (0, None)),
     warmup_steps=(3, "untimed steps first (allocation, autotuning, compilation)", (0, None)),
-    contexts=("128,512,1024", "decoding contexts (block_size is always added; "
-                              "longer ones are skipped)"),
+    contexts=("128,512,1024", "decoding contexts (and block_size; longer: skipped)"),
     decode_tokens=(32, "new tokens per decoding measurement", (1, None)),
     decode_batch_sizes=("1,8", "batch sizes for decoding"),
     kv_heads=("", "n_kv_head variants for the cache table (empty: n_head, n_head/2, 1)"),
     json_out=("out/bench.json", "where the full results go (empty: nowhere)"),
     threads=(0, "CPU threads for torch (0 = its default; 1 is steadier on a busy shared CPU)",
              (0, None)),
-    gpu_check=(False, "check what a GPU owner runs first, in under 5 minutes on one GPU "
-                      "(lab/gpu_check.py), with one table at the end"),
+    gpu_check=(False, "a GPU owner's first hour, checked (lab/gpu_check.py): 5 min on an H100"),
 )
 SETTINGS = {**{k: v for k, v in TRAIN_SETTINGS.items() if k not in ACTIONS}, **BENCH_SETTINGS}
 USAGE = "python bench.py [config/preset.py ...] [--key=value ...]"
@@ -153,7 +152,7 @@ def bench_train(cfg, device, dtype, autocast):
         k = i % len(cfg["modes"])  # rotate who goes first
         for mode in cfg["modes"][k:] + cfg["modes"][:k]:
             steps[mode].append(timers[mode].timeit(number=1))
-    peak_flops = data.peak_flops(device, dtype)
+    peak_flops = cards.peak_flops(device, dtype)
     for mode, r in results.items():
         measured = Measurement.merge(steps[mode])[0]
         r["step_ms"] = [1000 * t for t in measured.times]

@@ -116,7 +116,7 @@ def main(argv):
         data_dir = data.dataset_dir(cfg["dataset"])
         unit = "byte" if data.load_meta(data_dir)["tokenizer"] == "byte" else "token"  # loss's
         data.list_shards(data_dir, "train")  # the data's problems in one line, not once a run
-    drawing = not cfg["plan"] and plots.pyplot(quiet=True)
+    drawing = not cfg["plan"] and plots.pyplot()
     if not drawing and not cfg["plan"]:  # without matplotlib, said now: a search takes hours
         print("pictures: matplotlib is not installed (pip install matplotlib): results.md only",
               flush=True)
@@ -168,9 +168,6 @@ def main(argv):
     names = [n for n, _ in modes] + [FLOOR]  # (the floor: only where it was trained)
     results = per_mode(summaries, names, seeds, "", cfg["escape_loss"], gaps)
     paper = per_mode(summaries, names, seeds, points[0][0], 0.0, ()) if points else {}
-    for name, r in results.items():  # the floor says what it is
-        if plots.note(name):
-            r["note"] = plots.note(name)
     bands(results, calibration)
     info = {"command": "python compare.py" + "".join(" " + a for a in argv if a != DEFAULT_PRESET),
             "seeds": seeds, "hardware": hardware(device, gpus or 1), "jobs": jobs,

@@ -23,13 +23,10 @@ def read_preset(path):
     """The `key = value` lines of a preset file, as a dict."""
     if not os.path.isfile(path):
         raise ConfigError(f"no preset file {path} (the presets are in config/)")
-    settings = {}
-    try:
-        for node in ast.parse(open(path).read()).body:
-            if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)):
-                raise ValueError
-            settings[node.targets[0].id] = ast.literal_eval(node.value)
-    except (SyntaxError, ValueError):
+    try:  # an Import or an `a[0] = 1` has no .targets or no .id
+        tree = ast.parse(open(path).read())
+        settings = {t.id: ast.literal_eval(node.value) for node in tree.body for t in node.targets}
+    except (AttributeError, SyntaxError, ValueError):
         raise ConfigError(f"{path}: a preset holds only `key = value` lines") from None
     return settings
 

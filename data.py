@@ -10,7 +10,6 @@ import contextlib
 import itertools
 import json
 import os
-import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -67,19 +66,14 @@ def padded_vocab(meta):
 
 # ---- shards and datasets ----
 
-def read_shard(path, vocab_size=None):
+def read_shard(path):
     """A shard's tokens (ours or llm.c's), memory-mapped, after checking its header."""
     size = os.path.getsize(path) if os.path.isfile(path) else 0
     header = np.fromfile(path, dtype="<i4", count=3) if size >= 1024 else [0, 0, 0]
     dtype, n = HEADERS.get((header[0], header[1])), int(header[2])
     if not dtype or n <= 0 or size != 1024 + n * dtype.itemsize:
         raise DataError(f"{path} is missing or not a whole token shard: prepare the data again")
-    tokens = np.memmap(path, dtype=dtype, mode="r", offset=1024, shape=(n,))
-    # A quick check that the model can read these ids: the first million of them.
-    if vocab_size and int(tokens[:1 << 20].max()) >= vocab_size:
-        raise DataError(f"{path} holds ids past the tokenizer's {vocab_size}: prepare the "
-                        f"data again")
-    return tokens
+    return np.memmap(path, dtype=dtype, mode="r", offset=1024, shape=(n,))
 
 
 def window(tokens, start, length):
@@ -112,7 +106,7 @@ def list_shards(data_dir, split):  # one split's shard files, in meta.json's ord
 def load_dataset(name):
     """The train and val shards of a dataset, memory-mapped, and its meta.json."""
     meta = load_meta(dataset_dir(name))
-    return {split: [read_shard(path, meta["vocab_size"]) for path in
+    return {split: [read_shard(path) for path in
                     list_shards(dataset_dir(name), split)] for split in ("train", "val")}, meta
 
 
@@ -148,13 +142,6 @@ class Batches:
 
 # ---- the device ----
 
-# Dense 16-bit peak FLOP/s by card, for the MFU; longer names first ("H100 NVL" is no
-# H100).
-PEAK_FLOPS = {"H100 NVL": 835e12, "H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12,
-              "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L40S": 362e12, "L4": 121e12,
-              "RTX 4090": 165e12, "RTX 3090": 71e12, "V100": 125e12, "T4": 65e12}
-
-
 def setup_device(device="auto", dtype="auto"):
     """The device, the dtype and its autocast (the weights stay float32). auto: cuda, else
     mps, else cpu; bfloat16 on GPUs that have it, float16 on older ones (T4, V100)."""
@@ -178,14 +165,6 @@ def setup_device(device="auto", dtype="auto"):
     if dtype == "float32":
         return device, dtype, contextlib.nullcontext()
     return device, dtype, torch.autocast(kind, dtype=getattr(torch, dtype))
-
-
-def peak_flops(device, dtype):
-    # A GPU's 16-bit peak FLOP/s by its name, matched as whole words (an L40 is no
-    # L4); None on a CPU, in float32 or for a card not listed.
-    card = torch.cuda.get_device_name(device) if device.startswith("cuda") else ""
-    return next((flops for name, flops in PEAK_FLOPS.items() if dtype != "float32" and
-                 re.search(rf"(?<!\w){re.escape(name)}(?!\w)", card)), None)
 
 
 def join_processes(device, world):

@@ -88,8 +88,7 @@ class KVCache:
     def store(self, layer_idx, k, v):
         # Append k (and v, unless None); return the keys and values this layer sees.
         start, end = self.length, self.length + k.size(2)
-        if end > self.max_len:
-            raise ValueError(f"KVCache holds {self.max_len} tokens; {end} do not fit")
+        assert end <= self.max_len, f"KVCache holds {self.max_len} tokens; {end} do not fit"
         self.keys[layer_idx][:, :, start:end] = k
         if v is not None:
             self.values[layer_idx][:, :, start:end] = v
@@ -268,10 +267,9 @@ class GPT(nn.Module):
         """The last layer's output, normalised (B, T, n_embd): lm_head's input."""
         T = idx.size(1)
         start = kv_cache.length if kv_cache is not None else 0
-        if start > 0 and T > 1:  # SDPA's causal mask: queries and keys start alike
-            raise ValueError("KVCache: only the first step may feed several tokens")
-        if start + T > self.config.block_size:
-            raise ValueError(f"{start + T} tokens exceed block_size {self.config.block_size}")
+        # SDPA's causal mask needs the queries and the keys to start at the same place.
+        assert start == 0 or T == 1, "KVCache: only the first step may feed several tokens"
+        assert start + T <= self.config.block_size, f"{start + T} tokens > block_size"
         pos = torch.arange(start, start + T, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         first_value = None

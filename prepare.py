@@ -38,7 +38,6 @@ SETTINGS = dict(
 USAGE = "python prepare.py [--key=value ...]"
 PLAYS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus",
                      "shakespeare_plays.txt.xz")
-SHARD_SIZE = 100_000_000  # tokens a shard at most, as in llm.c and the GPT-2 speedrun
 
 
 def prepare(cfg, documents=None):
@@ -88,17 +87,14 @@ def write_dataset(out_dir, splits, tok, cfg, documents):
         meta = {"name": name, "tokenizer": tok.name, "vocab_size": tok.vocab_size,
                 "eot": tok.eot, "documents": documents, "val_fraction": cfg.val_fraction,
                 "seed": cfg.seed, "shards": []}
-        for split, parts in splits.items():
-            tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
-            if len(tokens) == 0:
+        for split, parts in splits.items():  # one shard a split (llm.c's are 100M tokens)
+            if not parts:
                 raise data.DataError(f"too little text for a {split} split: give more text")
+            tokens = np.concatenate(parts)
+            shard = {"file": f"{name}_{split}_000000.bin", "split": split, "tokens": len(tokens)}
+            meta["shards"].append(shard)
             meta[f"{split}_tokens"] = len(tokens)
-            for i in range(0, len(tokens), SHARD_SIZE):
-                shard = {"file": f"{name}_{split}_{i // SHARD_SIZE:06d}.bin", "split": split,
-                         "tokens": len(tokens[i:i + SHARD_SIZE])}
-                meta["shards"].append(shard)
-                write_shard(os.path.join(new, shard["file"]), tokens[i:i + SHARD_SIZE],
-                            tok.vocab_size)
+            write_shard(os.path.join(new, shard["file"]), tokens, tok.vocab_size)
         with open(os.path.join(new, "meta.json"), "w") as f:
             json.dump(meta, f, indent=1)
         if os.path.exists(out_dir):  # --overwrite: the old dataset aside, the new one in

@@ -68,10 +68,7 @@ def sample(cfg):
 
 
 def main(argv):
-    cfg = parse_args(SETTINGS, argv, USAGE)
-    if os.path.isfile(cfg.out_dir):
-        raise ConfigError("--out_dir is the run's folder, not its ckpt.pt")
-    sample(cfg)
+    sample(parse_args(SETTINGS, argv, USAGE))
 
 
 if __name__ == "__main__":

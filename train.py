@@ -158,7 +158,7 @@ def train(cfg, ckpt=None):
         tokens_per_step=cfg.batch_size * cfg.block_size * grad_accum * WORLD,
         num_params=raw_model.num_params(),
         flops_per_token=raw_model.flops_per_token(cfg.block_size),
-        peak_flops=data.peak_flops(device, dtype), train_tokens=sum(map(len, shards["train"])),
+        train_tokens=sum(map(len, shards["train"])),
         tokenizer=meta["tokenizer"]))
     if ckpt:  # AdamW's moments, the loss scale, the random numbers and the batches' place
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -315,29 +315,21 @@ def log_eval(run, iter_num, losses, mixing):
 
 
 def log_step(run, iter_num, loss, lr, dt):
-    """The training loss (the mean over the processes), the speed and, on a GPU, the MFU."""
+    """The training loss (the mean over the processes: all stop alike) and the speed."""
     if WORLD > 1:
         dist.all_reduce(loss)
         loss /= WORLD
     loss = loss.item()  # the one wait for the GPU in a logged step
     tokens_per_sec = run["tokens_per_step"] / dt
-    # MFU: the FLOP/s each GPU reaches, over its peak (none on a CPU or an unknown
-    # card).
-    mfu = run["peak_flops"] and (
-        run["flops_per_token"] * run["tokens_per_step"] / WORLD / dt / run["peak_flops"])
     log(run, iter_num, {"kind": "train", "loss": loss, "lr": lr, "ms_per_step": 1000 * dt,
-                        "tokens_per_sec": tokens_per_sec, "mfu": mfu or None},
+                        "tokens_per_sec": tokens_per_sec},
         f"iter {iter_num}/{run['config']['max_iters']}: loss {loss:.4f}, lr {lr:.2e}, "
-        f"{1000 * dt:.0f} ms/step, {tokens_per_sec:,.0f} tok/s"
-        + (f", MFU {100 * mfu:.1f}%" if mfu else ""))
+        f"{1000 * dt:.0f} ms/step, {tokens_per_sec:,.0f} tok/s")
 
 
 def finish(run, iter_num, trained):
-    """The peak GPU memory into the log, the log written, and a word on the checkpoint."""
+    """The log written, and a word on the checkpoint."""
     out_dir = run["config"]["out_dir"]
-    if run["device"].startswith("cuda"):  # lab.memory's estimates are checked against it
-        peak = torch.cuda.max_memory_allocated(run["device"])
-        run["log"].append({"iter": iter_num, "kind": "memory", "peak_gib": peak / 2**30})
     if WORLD > 1:  # every process is done talking before any closes its connections
         dist.barrier()
         dist.destroy_process_group()

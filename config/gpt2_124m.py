@@ -10,16 +10,17 @@
 #   torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m.py
 # As written, 32 x 16 fits an 80 GB card (and a 40 GB one for vanilla). On a smaller card give
 # the batch that fits, the same tokens a step (python -m lab.memory config/gpt2_124m.py prints
-# these estimates; bench.py --gpu_check measures a GPU's peak against them); a resume keeps its
+# these estimates; bench.py --gpu_check measures a step's peak against them); a resume keeps its
 # batch. batch_size x gradient_accumulation_steps (GiB a training step):
 #   GPU                          vanilla (124M)      value_embed (587M)
-#   16 GB (T4)                   8 x 64 (9.3)        4 x 128 (12.7)
-#   24 GB (L4, A10G, RTX 3090)   16 x 32 (16.4)      8 x 64 (16.5)
-#   40 GB (A100)                 32 x 16 (30.8)      16 x 32 (23.9)
-#   80 GB (A100, H100)           32 x 16 (30.8)      32 x 16 (38.8)
-# Time: 8.6e18 FLOPs, about 19 hours on an A100 and 6 on an H100 at 40% MFU (estimates).
+#   16 GB (T4)                   8 x 64 (9.6)        4 x 128 (10.9)
+#   24 GB (L4, A10G, RTX 3090)   16 x 32 (17.5)      8 x 64 (15.0)
+#   40 GB (A100)                 32 x 16 (33.4)      16 x 32 (23.3)
+#   80 GB (A100, H100)           32 x 16 (33.4)      32 x 16 (39.7)
+# Time: 8.6e18 FLOPs at 40% MFU, with 8 minutes of start, compile, evaluations and 77
+# checkpoints: about 6 hours on an H100, 19 on an A100, 36 on an RTX 4090 (estimates).
 out_dir = "out-gpt2"
-dataset = "fineweb_edu_gpt2_99shards"
+dataset = "fineweb_edu_gpt2_99shards"  # lab.fineweb's dataset of all 99
 batch_size = 32
 block_size = 1024
 gradient_accumulation_steps = 16

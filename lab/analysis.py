@@ -107,11 +107,11 @@ def verdict(stats, floor=None):
     if hi < 0 or lo > 0:
         side = "below" if hi < 0 else "above"
         return f"{side} vanilla, beyond noise (the 95% interval excludes 0; {signs(stats)})"
-    if 2 * max(stats["wins"], sum(d > 0 for d in stats["differences"])) > stats["n"]:
-        # Most seeds on one side, yet the interval holds 0: both true, said in one clause.
-        return (f"not distinguishable from vanilla ({signs(stats)}, but by amounts too uneven "
-                f"for the 95% interval to exclude 0)")
-    return f"not distinguishable from vanilla (the 95% interval includes 0; {signs(stats)})"
+    # Most seeds on one side, yet the interval holds 0: both are true, said in one clause.
+    most = 2 * max(stats["wins"], sum(d > 0 for d in stats["differences"])) > stats["n"]
+    return (f"not distinguishable from vanilla ({signs(stats)}, but by amounts too uneven for the "
+            f"95% interval to exclude 0)" if most else "not distinguishable from vanilla (the 95% "
+            f"interval includes 0; {signs(stats)})")
 
 
 def signs(stats):

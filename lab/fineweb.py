@@ -1,13 +1,11 @@
 """python -m lab.fineweb [preset.py] [--train_shards=N]: FineWeb-Edu in GPT-2 tokens, as the GPT-2
-speedrun (modded-nanogpt) publishes it in llm.c's format, through huggingface_hub (pip install
-huggingface_hub), as the speedrun's own script: resumable, each file's size checked, a progress
-bar. The files go to data/fineweb_edu_gpt2/: the val shard, and the train shards (100M tokens,
-about 200 MB each, at most 99) that a preset's run reads, or --train_shards of them. A shard is
-kept only whole (its header's token count matching its size); one that is not is fetched again
-by the same command. Beside that folder, a dataset per count of train shards, e.g.
-data/fineweb_edu_gpt2_1shard/, whose meta.json names exactly those shards: a run's batches are
-drawn from all the shards its dataset names, so a preset names the dataset of its own count and
-reads the same tokens however many were downloaded before. Then: python train.py <preset>."""
+speedrun (modded-nanogpt) publishes it in llm.c's format, fetched as its own script does, through
+huggingface_hub (pip install huggingface_hub: resumable, each file's size checked, a progress bar),
+into data/fineweb_edu_gpt2/: the val shard, and the train shards (100M tokens, 200 MB each, 99 at
+most) a preset's run reads. A shard is kept only whole; the same command fetches one that is not.
+Beside that folder, a dataset per count of train shards (data/fineweb_edu_gpt2_1shard/) names
+exactly those: a run draws its batches from every shard its dataset names, so a preset names the
+dataset of its count and reads the same tokens whatever else was downloaded."""
 import json
 import math
 import os
@@ -22,10 +20,9 @@ from configurator import ConfigError, parse_args, run_main
 
 REPO = "kjj0/finewebedu10B-gpt2"  # a dataset on the Hugging Face hub
 VAL = "finewebedu_val_000000.bin"
-# The speedrun scores the val shard's first 10,485,760 tokens; lab.evaluate scores every token of a
-# dataset's val shards. The hub sends whole files, so the whole val shard is downloaded (and kept:
-# the hub then skips it) and its first VAL_TOKENS are written as a shard of their own, the one
-# meta.json names: the pass scores what the speedrun scores, in a tenth of the time.
+# The speedrun scores the val shard's first 10,485,760 tokens. The hub sends whole files: the val
+# shard is kept whole (the hub then skips it), and its first VAL_TOKENS written as the shard that
+# meta.json names, so lab.evaluate's pass scores what the speedrun scores, in a tenth of the time.
 VAL_TOKENS = 10 * 2**20
 SHARD_TOKENS, SHARDS = 100_000_000, 99
 SETTINGS = dict(

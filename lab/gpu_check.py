@@ -22,6 +22,7 @@ import data
 import train
 from data import plural
 from configurator import parse_args, read_preset
+from lab import cards
 from lab.analysis import LOGIT_TOLERANCE, cache_logit_error, decoded_logits
 from lab.memory import fit, measured_peak
 from lab.runs import ROOT, read_log
@@ -29,16 +30,14 @@ from model import GPT, VALUE_MODES, GPTConfig, KVCache
 
 OUT = os.path.join(ROOT, "out-gpu-check")
 VOCAB = 50257  # GPT-2's ids, padded to 50,304 by train.py: the logits at their real size
-# In the card's dtype cached and uncached logits differ by that dtype's rounding, which grows
-# with the logits: the tolerance is this many times the uncached logits' own distance from
-# float32's. A wrong cache moves them 10 to 50 times as far (tests/test_gpu_path.py).
+# In the card's dtype, cached logits may differ from uncached ones by this many times the uncached
+# logits' own distance from float32's; a wrong cache moves them 10 to 50 times as far.
 ROUNDINGS = 4
 MEMORY_TOLERANCE = 0.15  # measured peak against lab.memory's estimate, either way
 
 
 def synthetic_dataset(folder, tokens):
-    """Random GPT-2 ids as a dataset: train and val shards (llm.c's: a header of 256 int32,
-    then uint16 ids) and their meta.json."""
+    """Random GPT-2 ids as a dataset: llm.c's train and val shards, and their meta.json."""
     os.makedirs(folder, exist_ok=True)
     rng, shards = np.random.default_rng(0), []
     for split, n in (("train", tokens), ("val", tokens // 8)):
@@ -69,9 +68,8 @@ def mfu_said(mfu):
 
 
 def memory_rows(device, dtype, shape):
-    """Eager steps of config/gpt2_124m.py at the batch lab.memory picks for this card's free
-    memory: the peak (weights and AdamW's moments, and the most a step adds) against the
-    estimate, and their MFU."""
+    """Eager steps of config/gpt2_124m.py at the batch lab.memory picks for this card: the peak
+    (weights and AdamW's moments, and the most a step adds) against the estimate; their MFU."""
     cfg = parse_args(train.SETTINGS, [os.path.join(ROOT, "config", "gpt2_124m.py")] + [
         f"--{k}={v}" for k, v in shape.items()], "")
     cuda, rows, T = device.startswith("cuda"), [], cfg.block_size
@@ -100,7 +98,7 @@ def memory_rows(device, dtype, shape):
             step()
         if cuda:
             torch.cuda.synchronize(device)  # the steps' kernels have all run
-        seconds, peak_flops = time.time() - t0, data.peak_flops(device, dtype)
+        seconds, peak_flops = time.time() - t0, cards.peak_flops(device, dtype)
         mfu = peak_flops and model.flops_per_token(T) * fitted[0] * T * 3 / seconds / peak_flops
         rows += [(f"{what}: peak memory of a step, batch {fitted[0]} x {T} (lab.memory's)",
                   f"{peak / 2**30:.2f} GiB, estimated {fitted[2] / 2**30:.2f}",
@@ -125,8 +123,7 @@ def unit_attention(model):
 
 def cache_rows(device, dtype, shape):
     """Cached against uncached logits in every value mode (and SVFormer with half the key/value
-    heads), at config/gpu_class.py's model, decoding 8 tokens up to block_size and 8 past it;
-    SVFormer's cache bytes against vanilla's."""
+    heads) of config/gpu_class.py's model, 8 tokens up to block_size and 8 past; cache bytes."""
     config = {**read_preset(os.path.join(ROOT, "config", "gpu_class.py")), **shape,
               "vocab_size": data.padded_vocab({"vocab_size": VOCAB}), "dropout": 0.0}
     T, L, low = config["block_size"], config["n_layer"], getattr(torch, dtype)
@@ -160,21 +157,24 @@ def cache_rows(device, dtype, shape):
     return rows
 
 
-def class_rows(args, steps):
+def class_rows(args, steps, peak_flops):
     """compare.py config/gpu_class.py, vanilla and value embeddings, steps steps each."""
     out = os.path.join(OUT, "compare")
     ok, _ = run("compare.py", "config/gpu_class.py", *args, "--modes=vanilla,value_embed",
                 "--seeds=1", "--noise_floor=0", "--analysis_samples=4", f"--out_dir={out}")
     logs = {m: read_log(os.path.join(out, f"{m}_seed1")) for m in ("vanilla", "value_embed")}
     finals = {m: [e for e in log if e["kind"] == "final"] for m, log in logs.items()}
-    mfu = [e.get("mfu") for e in logs["vanilla"] if e["kind"] == "train"]
+    speeds = [e["tokens_per_sec"] for e in logs["vanilla"] if e["kind"] == "train"]
+    ckpt = os.path.join(out, "vanilla_seed1", "ckpt.pt")  # its FLOPs per token
+    mfu = peak_flops and speeds and os.path.isfile(ckpt) and (
+        data.load_checkpoint(ckpt)["flops_per_token"] * speeds[-1] / peak_flops)
     compiled = "compiled" if "--compile=False" not in args else "eager"
     return [(f"compare.py config/gpu_class.py, {steps} steps, {compiled}: vanilla, value "
              f"embeddings, each through train.py and lab.evaluate at 50,304 ids", ", ".join(
                  f"{m} {f[-1]['val_loss_full']:.3f}" for m, f in finals.items() if f),
              "exit 0, a whole-split loss each", verdict(ok and all(finals.values()))),
             (f"MFU of its {compiled} steps (vanilla, the first aside)",
-             mfu_said(mfu[-1] if mfu else None), "reported", "")]
+             mfu_said(mfu or None), "reported", "")]
 
 
 def losses(out_dir):
@@ -184,8 +184,7 @@ def losses(out_dir):
 
 
 def resume_row(what, argv, steps, whole):
-    """The run of train.py argv, steps//2 steps, then --resume to steps, against whole (a run of
-    steps steps uninterrupted, written by the same argv)."""
+    """train.py argv for steps // 2 steps, then --resume to steps, against whole's losses."""
     halves = os.path.join(OUT, "resumed-" + os.path.basename(whole))
     first, _ = run("train.py", *argv, f"--max_iters={steps // 2}", f"--lr_decay_iters={steps}",
                    f"--out_dir={halves}")
@@ -196,8 +195,7 @@ def resume_row(what, argv, steps, whole):
 
 
 def gpu_check(device="cuda", dtype="auto", shape=None, steps=20, tokens=4_000_000):
-    """Every step, then the table; exit 1 if a check failed. shape: settings for every model
-    and run (the CPU test's tiny one, compile=False there)."""
+    """Every part, then the table: 1 if a check failed. shape: the CPU test's tiny settings."""
     if device.startswith("cuda") and not torch.cuda.is_available():
         print("bench.py --gpu_check: no CUDA GPU here (torch sees none): nothing to check")
         return 0
@@ -235,7 +233,8 @@ def gpu_check(device="cuda", dtype="auto", shape=None, steps=20, tokens=4_000_00
                  verdict(same))]
     parts = {"memory": lambda: memory_rows(device, dtype, shape),
              "cache": lambda: cache_rows(device, dtype, model_shape),
-             "class": lambda: class_rows([f"--dataset={dataset}", *settings], steps),
+             "class": lambda: class_rows([f"--dataset={dataset}", *settings], steps,
+                                         cards.peak_flops(device, dtype)),
              "plays": plays_and_samples, "resume": resume_class}
     rows, t_start = [], time.time()
     for part in parts.values():

@@ -5,6 +5,7 @@ peak memory of a training step and of lab.evaluate's pass. Estimates, from what 
 for the backward on this CPU at a short length (bfloat16's bytes are float16's, as a T4 keeps);
 bench.py --gpu_check measures them on a GPU, tests/test_gpu_path.py on a CPU. A resume keeps its
 batch: resume on the run's own card."""
+import itertools
 import sys
 
 import torch
@@ -27,13 +28,12 @@ SETTINGS = {**compare.SETTINGS,
 
 
 def step_peak(model, block_size, dtype="bfloat16"):
-    """A training step's peak bytes, as a function of its tokens (batch_size x block_size). The
-    peak comes in the backward at the loss: 12 bytes a parameter (weights, AdamW's moments), what
-    the forward keeps for the backward (what it keeps once, as 16-bit copies of the weights, once),
-    the logits training_step holds until it returns, and the float gradients of the logits and of
-    their log-softmax (8 bytes a logit). The parameters' gradients (4 bytes each) come later, when
-    the activations are freed: the least a step holds is 16 bytes a parameter, and the token
-    table's gradient twice more (it comes from the head and from the embedding, then is summed)."""
+    """A training step's peak bytes as a function of its tokens. The peak comes in the backward at
+    the loss: 12 bytes a parameter (weights, AdamW's moments), what the forward keeps for the
+    backward (16-bit copies of the weights once), the logits training_step holds until it returns,
+    and the float gradients of the logits and their log-softmax (8 bytes a logit). The gradients
+    come later, as the activations go: at least 16 bytes a parameter, and the token table's
+    gradient twice more (from the head and from the embedding, then summed)."""
     T = min(block_size, 64)
 
     def saved(batch):  # the bytes a forward of batch x T tokens keeps for the backward
@@ -60,22 +60,17 @@ def step_peak(model, block_size, dtype="bfloat16"):
 def measured_peak(step, device):
     """The most bytes that tensors held during step() beyond those held before: CUDA's count, or
     on a CPU the running sum of every allocation and free that torch.profiler records."""
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
+    if device.startswith("cuda"):  # (counted as the allocations are queued: no need to wait)
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
         step()
-        torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    with torch.profiler.profile(activities=activities, profile_memory=True) as profile:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as profile:
         step()
-    held = peak = 0
-    for _, nbytes in sorted((e.start_ns(), e.nbytes()) for e in
-                            profile.profiler.kineto_results.events() if e.name() == "[memory]"):
-        held += nbytes
-        peak = max(peak, held)
-    return peak
+    events = sorted((e.start_ns(), e.nbytes()) for e in profile.profiler.kineto_results.events()
+                    if e.name() == "[memory]")  # an allocation's bytes, a free's negative
+    return max(itertools.accumulate((nbytes for _, nbytes in events), initial=0))
 
 
 def eval_bytes(model, batch_size, block_size):

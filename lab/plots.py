@@ -20,17 +20,14 @@ FLOOR_LABEL = ("grey: rounding alone (vanilla again, its starting weights nudged
                "float32 step: what another CPU does, not another seed)")
 
 
-def pyplot(quiet=False):
-    """matplotlib.pyplot for files (no display), or None with one line saying how to get it."""
+def pyplot():
+    """matplotlib.pyplot for files (no display), or None (compare.py says so once, at its start)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         return plt
     except ImportError:
-        if not quiet:
-            print("pictures skipped: matplotlib is not installed (pip install matplotlib); "
-                  "tables are written")
         return None
 
 
@@ -70,7 +67,7 @@ def token_units(x, _=None):
 def write_all(root, results, search=None, escape_loss=0.0, unit="token"):
     """Every picture compare.py makes; returns the paths written. unit: the loss is nats per
     "byte" or per "token". The noise floor's runs are the difference panels' grey band."""
-    plt = pyplot(quiet=True)  # (compare said so at its start)
+    plt = pyplot()  # (compare said so at its start)
     if plt is None:
         return []
     written = [loss_figure(plt, root, results, escape_loss, unit=unit)]
@@ -113,16 +110,15 @@ LAYER_MEASURES = (
 
 
 def layer_figure(plt, root, variants, key, title, claim, side, ylabel, limits):
-    """One of the paper's per-layer measures, vanilla against each variant (vanilla's other sizes
-    left out), each legend entry saying on how many of the deeper half of the layers the variant's
-    mean is on the paper's side of vanilla's; a ±1 std band where 2+ seeds make one."""
+    """A per-layer measure of the paper's, vanilla's other sizes aside: each variant's legend counts
+    its deeper half's layers on the paper's side of vanilla; a ±1 std band with 2+ seeds."""
     shown = {n: r for n, r in variants.items() if n == "vanilla" or not is_vanilla_size(n)}
     base, seeds = shown.get("vanilla"), max(len(r["seeds"]) for r in shown.values())
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, r in shown.items():
         mean, std = np.array(r[key]), np.array(r[key + "_std"])
         layers, deep = np.arange(1, len(mean) + 1), len(mean) - len(mean) // 2
-        said = label(name, r.get("note"))
+        said = label(name)
         if base is not None and name != "vanilla" and len(base[key]) == len(mean):
             on_side = (mean > base[key]) if side == "above" else (mean < base[key])
             said += f": {side} vanilla in {on_side[-deep:].sum()} of the {deep} deepest layers"
@@ -159,10 +155,8 @@ def seeds_said(results):
     counts = {len(r["seeds"]) for r in results.values()}
     if max(counts) == 1:
         return "one seed"
-    if min(counts) == 1:
-        return "mean over seeds, band = min-max where 2+ seeds"
-    return (f"mean over {min(counts)} seeds" if len(counts) == 1 else "mean over seeds") + \
-        ", band = min-max"
+    return (f"mean over {min(counts)} seeds" if len(counts) == 1 else "mean over seeds") + (
+        ", band = min-max" + (" where 2+ seeds" if min(counts) == 1 else ""))
 
 
 def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
@@ -209,7 +203,7 @@ def curves_panel(ax, variants, escape_loss, unit):
         stalled = (f" (left the plateau on {len(left)} of {len(r['escape'])} seeds)"
                    if escape_loss and len(left) < len(r.get("escape", [])) else "")
         line, = ax.plot(steps[keep], curves.mean(0)[keep], marker="o", ms=3, lw=LINE,
-                        label=label(name, r.get("note")) + stalled)
+                        label=label(name) + stalled)
         colors[name] = line.get_color()
         if len(curves) > 1:
             ax.fill_between(steps[keep], curves.min(0)[keep], curves.max(0)[keep],
@@ -248,9 +242,7 @@ def gap_panel(ax, name, r, paired, band, color, off):
     for seed_gap in per_seed if len(per_seed) > 1 else []:
         ax.plot(x, seed_gap[keep], lw=1, alpha=0.5, color=color)
     ax.plot(x, per_seed.mean(0)[keep], marker="o", ms=3, lw=2.5, color=color, zorder=3)
-    # the seeds' 5th to 95th percentile past the first evaluations (nearest points), one seed's
-    # all: a few early outliers must not flatten every panel
-    share = 5 if len(per_seed) > 1 else 0
+    share = 5 if len(per_seed) > 1 else 0  # a few early outliers must not flatten every panel
     held = [np.percentile(per_seed[:, keep][:, past], [share, 100 - share], method="nearest")]
     if band is not None and list(band[0][:len(steps)]) == list(steps[:len(band[0])]):
         half = band[1][:len(steps)][keep[:len(band[1])]]
@@ -264,7 +256,7 @@ def gap_panel(ax, name, r, paired, band, color, off):
         edges = np.concatenate([spread[0][past], spread[-1][past]])
         held.append(np.clip(edges, -reach, reach))
         off += [e for e in (edges.min(), edges.max()) if abs(e) > reach]
-    said = label(name, r.get("note"))
+    said = label(name)
     if p and p["n"] > 1:
         said += f": {p['mean']:+.3f} at the end\n[{p['interval'][0]:+.3f}, {p['interval'][1]:+.3f}]"
     elif p:
@@ -283,14 +275,13 @@ def gap_legend(ax, results, compared, band, off):
             f"bold: the mean of {n} seeds, thin: each seed" if n > 1 else "bold: this seed")
         + "; lines: a few fixed batches at each evaluation; the numbers over a panel: the whole "
         "validation split at the end" + (", mean and 95% interval" if n > 1 else "")))
-    calibrated = [results[name]["calibration"] for name in compared
-                  if results[name].get("calibration")]
-    if calibrated:
-        k = len(calibrated[0]["final"])
-        ax.fill_between([], [], [], color="0.3", alpha=0.2, lw=0, label=(
-            f"shaded: lowest to highest of {k} other seeds (another seed lands inside about "
-            f"{(k - 1) / (k + 1):.0%} of the time)" + (
-                f"; off the axis as far as {max(off, key=abs):+.2f}" if off else "")))
+    k = next((len(results[n]["calibration"]["final"]) for n in compared
+              if results[n].get("calibration")), 0)  # the calibration's other seeds
+    if k:
+        ax.fill_between([], [], [], color="C0", alpha=0.2, lw=0, label=(
+            f"shaded, in the variant's colour: lowest to highest of {k} other seeds (another "
+            f"seed lands inside about {(k - 1) / (k + 1):.0%} of the time)"
+            + (f"; off the axis as far as {max(off, key=abs):+.2f}" if off else "")))
     if band is not None:  # its size at the end: the whole split's where the runs finished
         end, many = noise_floor(results), len(results[FLOOR]["seeds"]) > 1
         end = band[1][-1] if end is None else end
@@ -298,15 +289,10 @@ def gap_legend(ax, results, compared, band, off):
             f"{FLOOR_LABEL}: {'up to ' if many else ''}{end:.3f} at the end"))
 
 
-def note(name):
-    """The note compare.py gives a variant (label's note): the noise floor's says what it is."""
-    return "nudged one rounding step: the noise floor" if name == FLOOR else None
-
-
 def live_loss(root, grid, escape_loss=0.0, unit="token", calibration=None):
     """loss.png redrawn from the runs' logs so far (every 30 s while they train), up to the step all
     of a variant's started seeds reached; written elsewhere, then renamed: never half a picture."""
-    plt = pyplot(quiet=True)
+    plt = pyplot()
     runs, per_step = {}, None
     for (name, seed, point), cfg in grid:
         if point:  # --tune's paper protocol: the final picture has the variants' own lrs only
@@ -327,8 +313,6 @@ def live_loss(root, grid, escape_loss=0.0, unit="token", calibration=None):
                              "tokens_per_step": per_step}
         if escape_loss:
             r["escape"] = [escape(evals[:n], escape_loss) for _, evals in seeded]
-        if note(name):
-            r["note"] = note(name)
         if calibration and len(r["seeds"]) == 1 and name in calibration["modes"]:
             r["calibration"] = calibration["modes"][name]
     tmp = os.path.join(root, "loss.live.png")
@@ -382,7 +366,7 @@ def curve_figure(plt, root, results, unit="token"):
                 f"not on one line (R² {curve['r2']:.2f}), so no reading")
         for k, name in enumerate(n for n in curve["placed"] if n != FLOOR):
             ax.scatter([results[name]["num_params"]], [results[name]["val_loss_mean"]], s=60,
-                       color=f"C{k}", zorder=3, label=label(name, results[name].get("note")))
+                       color=f"C{k}", zorder=3, label=label(name))
         ylabel, title = ("whole split, mean over seeds",
                          "Vanilla's loss against size, and each variant")
     else:
@@ -396,7 +380,7 @@ def curve_figure(plt, root, results, unit="token"):
         placed = {n: p for n, p in curve["placed"].items() if n != FLOOR}  # (analysis skips it)
         for k, (name, p) in enumerate(placed.items()):
             loss = results[name]["val_loss_mean"]
-            text = label(name, results[name].get("note")) + ("" if p["larger"] is None else
+            text = label(name) + ("" if p["larger"] is None else
                                   f": as good as a vanilla model {abs(100 * p['larger']):.0f}% "
                                   f"{'larger' if p['larger'] >= 0 else 'smaller'}" +
                                   (" (within the rounding floor)" if p["within_floor"] else ""))

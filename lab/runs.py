@@ -121,13 +121,9 @@ def last_step(run_dir):
     """(the last step train.py has printed, the val loss it last printed or None), read from the
     end of train.out as the run trains: log.jsonl is written only at checkpoints, so it lags."""
     path, step, loss = os.path.join(run_dir, "train.out"), 0, None
-    if os.path.isfile(path):
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 8192))
-            for line in f.read().decode(errors="replace").splitlines():
-                found = re.match(r"(?:step|iter) (\d+)\b(?:.*val loss ([\d.]+))?", line)
-                if found:
-                    step, loss = int(found[1]), (float(found[2]) if found[2] else loss)
+    text = open(path, errors="replace").read()[-8192:] if os.path.isfile(path) else ""
+    for found in re.finditer(r"^(?:step|iter) (\d+)\b(?:.*val loss ([\d.]+))?", text, re.M):
+        step, loss = int(found[1]), (float(found[2]) if found[2] else loss)
     return step, loss
 
 
@@ -403,7 +399,7 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
             out_sizes[key] = os.path.getsize(log.name)
             print(f"[{n_total - len(todo)}/{n_total}] {cfg['out_dir']}: " +
                   ("resuming from its checkpoint" if resuming else "training") +
-                  progress(running, t_start), flush=True)
+                  f" ({(time.time() - t_start) / 60:.1f} min so far)", flush=True)
             said = time.time()
             if gpus:  # the GPU running the fewest runs
                 gpu_of[key] = min(gpu_ids(gpus), key=lambda g: sum(gpu_of.get(k) == g

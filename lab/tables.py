@@ -18,24 +18,24 @@ from .analysis import (FLOOR, bracketed, held_on_every_seed, lr_range,
 # How a class reads each value mode (results.json keeps the exact names); another mode: its name.
 MODE_NAMES = {"vanilla": "vanilla", "resformer": "ResFormer", "svformer": "SVFormer",
               "value_embed": "value embeddings"}
-# verdict()'s sentence, by how it starts, as the headline groups the variants
-VERDICT_GROUPS = (("below", "lower than vanilla beyond noise"),
-                  ("above", "higher than vanilla beyond noise"),
-                  ("within", "within the rounding floor"), ("level", "level with vanilla"),
-                  ("not", "not distinguishable from vanilla: however many seeds are lower, the "
-                          "amounts vary too much from seed to seed for the interval to exclude 0"))
+# verdict()'s sentence, by its first word, as the headline groups the variants
+VERDICT_GROUPS = {"below": "lower than vanilla beyond noise", "level": "level with vanilla",
+                  "above": "higher than vanilla beyond noise",
+                  "within": "within the rounding floor", "not": "not distinguishable from "
+                  "vanilla: however many seeds are lower, the amounts vary too much from seed to "
+                  "seed for the interval to exclude 0"}
 
 
-def label(name, note=None):
+def label(name):
     """A variant in words: 'resformer' -> 'ResFormer λ1 = λ2 = 0.5' (the official mix),
     'resformer:lambda_1=2:lambda_2=1' -> 'ResFormer λ1 = 2' (the paper's U = A (V_n + 2 V_1)),
-    'svformer_kv1' -> 'SVFormer, 1 KV head'; a note ('85% of the tokens') replaces the settings."""
+    'svformer_kv1' -> 'SVFormer, 1 KV head'; the noise floor says what it is."""
     base, *settings = name.split(":")
     mode = max((m for m in VALUE_MODES if base.startswith(m)), key=len, default=None)
-    if mode is None:
-        return name
+    if name == FLOOR or mode is None:
+        return "vanilla, nudged one rounding step: the noise floor" if mode else name
     words, rest = [MODE_NAMES.get(mode, mode)], base[len(mode):]
-    given = {} if note else dict(s.partition("=")[::2] for s in settings)
+    given = dict(s.partition("=")[::2] for s in settings)
     if mode == "resformer" and "_learnable" not in rest:  # its two lambdas, always said
         l1 = given.pop("lambda_1", str(GPTConfig.lambda_1))
         l2 = given.pop("lambda_2", str(GPTConfig.lambda_2))
@@ -46,13 +46,12 @@ def label(name, note=None):
     if "_kv" in rest:
         n = rest.rpartition("_kv")[2]
         words.append(f"{n} KV head{'' if n == '1' else 's'}")
-    return ", ".join(words + [f"{k} = {v}" for k, v in given.items()] + ([note] if note else []))
+    return ", ".join(words + [f"{k} = {v}" for k, v in given.items()])
 
 
-def named(name, r):
+def named(name):
     """The variant's words and, where they differ from it, its exact name (as --modes takes it)."""
-    words = label(name, r.get("note"))
-    return words if words.lower() == name else f"{words} (`{name}`)"
+    return label(name) if label(name).lower() == name else f"{label(name)} (`{name}`)"
 
 
 def mixing_by_layer(mixing):
@@ -89,9 +88,8 @@ def headline(results, info):
     groups = {}
     for name, r in compared.items():
         p, said = r["paired"], verdict(r["paired"], floor)
-        key = next(group for start, group in VERDICT_GROUPS if said.startswith(start))
-        groups.setdefault(key, []).append(
-            f"{label(name, r.get('note'))} ({p['mean']:+.3f} {fmt_interval(p)}, lower on "
+        groups.setdefault(VERDICT_GROUPS[said.split()[0]], []).append(
+            f"{label(name)} ({p['mean']:+.3f} {fmt_interval(p)}, lower on "
             f"{p['wins']} of {p['n']}" + (f"; by chance alone 1 in {1 / p['p_lower']:.0f}"
                                           if p["wins"] * 2 > p["n"] else "") + ")")
     said = [", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1]
@@ -120,7 +118,7 @@ def one_seed_verdict(results, compared, info, floor, unit):
                  f"{(n_cal - 1) / (n_cal + 1):.0%} of the time.\n" if n_cal else ":\n")]
     held, unsettled = [], []
     for name, r in compared.items():
-        d, words = r["paired"]["mean"], label(name, r.get("note"))
+        d, words = r["paired"]["mean"], label(name)
         if r.get("band_source") == "seeds":
             lo, hi = r["band"]
             lines.append(f"- {words}: {d:+.3f}; on the other seeds {lo:+.3f} to {hi:+.3f}" + (
@@ -145,9 +143,10 @@ def one_seed_verdict(results, compared, info, floor, unit):
                                                             "the loss") + "." + (
                          f" The final loss of {', '.join(unsettled)} is not settled at this "
                          f"length: lower on some seeds, higher on others." if unsettled else ""))
-        lines.append(f"\nThe calibration's runs trained on {', '.join(cal.get('machines') or [])}; "
-                     f"this seed on {info['hardware']}. Another kind of CPU rounds otherwise: "
-                     f"its digits differ, by about what rounding alone does (below).")
+        where = ", ".join(cal.get("machines") or [])
+        lines.append(f"\nThe calibration's runs trained on {where}; this seed on " + (
+            "the same kind of CPU" if where == info["hardware"] else info["hardware"]) + ". "
+            "Another kind rounds otherwise: its digits differ, by about what rounding alone does.")
     if cache:
         lines.append("\nWhat holds on any seed: " + "; ".join(cache) + ".")
     if floor is not None:
@@ -238,7 +237,7 @@ def write_tables(root, results, paper, info, search=None):
                  [f"{p['mean']:+.4f}", said] if one else
                  [", ".join(f"{d:+.4f}" for d in p["differences"]), f"{p['mean']:+.4f}",
                   fmt_interval(p), "-" if name == FLOOR else f"{p['wins']} of {p['n']}", said])
-        md.append(f"| {named(name, r)} | {r['num_params'] / 1e6:.3f}M | "
+        md.append(f"| {named(name)} | {r['num_params'] / 1e6:.3f}M | "
                   f"{r['total_tokens'] / 1e6:.2f}M | "
                   f"{fmt_mean(r['val_loss_mean'], r['val_loss_std'], len(r['seeds']))} |" +
                   "".join(f" {c} |" for c in cells))
@@ -255,13 +254,11 @@ def write_tables(root, results, paper, info, search=None):
                     stats = paired_stats(shares)
                     shown += (f": mean {stats['mean']:.0%} [{stats['interval'][0]:.0%}, "
                               f"{stats['interval'][1]:.0%}] of vanilla's tokens")
-                md.append(f"- {label(name, r.get('note'))}: {shown}")
+                md.append(f"- {label(name)}: {shown}")
     md += ["\n## What each variant costs\n",
-           "Total parameters (as the params column above; position embeddings left out), the "
-           "parameters one token uses (a lookup table counts one row), training FLOPs per token "
-           "(6 x the matmul parameters + attention; lookups multiply nothing), the KV cache and "
-           "each run's training speed as it ran, beside whatever else ran then (not a speed "
-           "comparison: bench.py times the modes side by side in one process).\n",
+           "Parameters (position embeddings left out), those one token uses (a table counts one "
+           "row), training FLOPs per token (6 x the matmul parameters + attention), the KV cache, "
+           "and each run's speed beside whatever else ran (bench.py compares speeds).\n",
            "| variant | total params | active params / token | FLOPs / token | KV cache B/token "
            "| train tokens/s (per run) |", "|---|---|---|---|---|---|"]
     variants = {n: r for n, r in results.items() if n != FLOOR}  # the floor is vanilla again
@@ -343,15 +340,13 @@ def curve_table(curve, results=None):
           f"parameters), seeds {curve['seeds']}: the line loss = {a:.4f} {b:+.4f} ln(params) "
           f"({slope_interval(curve)}, the sizes' means off it by {curve['residual']:.4f} rms, R² "
           f"{curve['r2']:.2f}). Each variant's mean final loss read off it: the vanilla size with "
-          f"that loss, as X% more than the variant's own total parameters (negative: a vanilla "
-          f"model that much smaller does as well). Interval: the seeds resampled, the line "
-          f"refitted. Per seed: each seed's own line, its own run read off it.\n"]
+          f"that loss, X% more than the variant's total parameters. Interval: the seeds "
+          f"resampled, the line refitted; per seed: each seed's own line and run.\n"]
     if curve["vanilla_reading"] is not None:
-        md.append(f"The line does not pass exactly through vanilla's own point: read off it, "
-                  f"vanilla itself ({sizes['vanilla']:,} parameters) is as good as a vanilla "
-                  f"model {100 * curve['vanilla_reading']:+.1f}% larger. Every variant near "
-                  f"vanilla's loss shares that offset: compare its reading with this one, not "
-                  f"with 0.\n")
+        md.append(f"The line misses vanilla's own point: read off it, vanilla itself "
+                  f"({sizes['vanilla']:,} parameters) comes out "
+                  f"{100 * curve['vanilla_reading']:+.1f}% larger. Compare each variant's "
+                  f"reading with this one, not with 0.\n")
     if curve["floor_factor"]:
         f = curve["floor_factor"]
         md.append(f"Rounding alone moved a final loss by up to {curve['floor']:.4f} (the noise "

@@ -641,9 +641,9 @@ def test_pictures_and_tables_name_the_variants_in_words():
     assert plots.label("vanilla:n_embd=24") == "vanilla, n_embd = 24"
     assert plots.label("value_embed") == "value embeddings"
     assert plots.label("not_a_mode") == "not_a_mode"
-    assert tables.named("resformer:lambda_1=2:lambda_2=1", {}) == (
+    assert tables.named("resformer:lambda_1=2:lambda_2=1") == (
         "ResFormer λ1 = 2 (`resformer:lambda_1=2:lambda_2=1`)")
-    assert tables.named("svformer", {}) == "SVFormer"  # (the same word)
+    assert tables.named("svformer") == "SVFormer"  # (the same word)
 
 
 # ---- failures ----

@@ -49,6 +49,17 @@ def test_no_committed_output_is_a_stray_number():
     assert stray_numbers(nbformat.read(NOTEBOOK, as_version=4)) == []
 
 
+def test_the_pictures_the_notebook_and_the_readme_show_are_committed_files():
+    """The gap along training is linked, not pasted in: what a reader sees is the committed
+    picture, which the size-curve command of docs/RESULTS.md redraws from its records."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    for folder, text in (("docs", "".join(c.source for c in nb.cells)),
+                         ("", open(os.path.join(ROOT, "README.md"), encoding="utf-8").read())):
+        shown = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
+        assert "results/size_curve/loss.png" in " ".join(shown), folder
+        assert all(os.path.isfile(os.path.join(ROOT, folder, path)) for path in shown), shown
+
+
 def test_the_number_pattern_finds_what_jupyter_shows():
     assert all(BARE_NUMBER.fullmatch(t) for t in ("0.43333333333333335", "42", "-1e-05", "nan",
                                                   "np.float64(0.43)", "tensor(0.4333)",
@@ -91,13 +102,13 @@ def test_the_notebook_runs_and_shows_every_result(tmp_path):
     # line, or, where the sizes do not lie on one, the points and no reading
     with open(os.path.join(ROOT, "docs", "results", "size_curve", "results.json")) as f:
         curve = json.load(f)["vanilla_curve"]
-    assert "vanilla's line loss =" in text and "learned lambda_n, from 0.5" in text
+    assert "widths, loss =" in text and "learned λ_n, from 0.5" in text
     if curve["poor"]:
         assert "no reading, only the points" in text and "as good as" not in text
         assert text.count("mean final loss") == len(curve["sizes"]) + len(curve["placed"])
     else:
         assert text.count("as good as a vanilla model") == len(curve["placed"])
-        assert f"read off its own line: {curve['vanilla_reading']:+.0%}" in text
+        assert f"vanilla itself comes out at {1 + curve['vanilla_reading']:.2f} times" in text
     assert "SVFormer / vanilla = 0.542" in text  # (L + 1) / (2L) at GPT-2 small's L = 12
     assert text.count("val loss over the whole validation split") == 2
     assert "left the plateau" in text and "real words:" in text

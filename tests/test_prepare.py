@@ -160,23 +160,22 @@ def test_an_llmc_shard_written_by_hand_is_read(tmp_path):
     header[:3] = 20240520, 1, len(ids)
     path = tmp_path / "fineweb_val_000000.bin"
     path.write_bytes(header.tobytes() + ids.tobytes())
-    assert data.read_shard(str(path), 50257).tolist() == ids.tolist()
+    assert data.read_shard(str(path)).tolist() == ids.tolist()
 
 
 @pytest.mark.parametrize("case, message", [
     ("short", " is missing or not a whole token shard: prepare the data again"),
     ("magic", " is missing or not a whole token shard: prepare the data again"),
     ("empty", " is missing or not a whole token shard: prepare the data again"),
-    ("truncated", " is missing or not a whole token shard: prepare the data again"),
-    ("vocab", " holds ids past the tokenizer's 257: prepare the data again")])
+    ("truncated", " is missing or not a whole token shard: prepare the data again")])
 def test_a_corrupt_shard_is_one_line_naming_it(tmp_path, case, message):
     path = tmp_path / "x_train_000000.bin"
     prepare.write_shard(str(path), list(b"hello, shard") + [300], 301)
     raw = path.read_bytes()
     path.write_bytes({"short": raw[:100], "magic": bytes(4) + raw[4:], "empty": b"",
-                      "truncated": raw[:-2], "vocab": raw}[case])
+                      "truncated": raw[:-2]}[case])
     with pytest.raises(DataError) as e:
-        data.read_shard(str(path), 257)
+        data.read_shard(str(path))
     assert str(e.value).startswith(str(path)) and message in str(e.value)
     assert "\n" not in str(e.value)
 
@@ -294,11 +293,9 @@ def test_the_same_name_again_is_replaced_only_with_overwrite(tmp_path, monkeypat
     """Without --overwrite: the old dataset kept byte for byte, said in one line (so the README's
     command, run twice, goes on to train); with it, the new one replaces the old whole (none of
     the old one's many shards left), no temporary folder."""
-    monkeypatch.setattr(prepare, "SHARD_SIZE", 50)  # the old dataset: many small shards
     out = make(tmp_path, OLD, "--dataset=d")
+    (Path(out) / "d_byte_train_000001.bin").write_bytes(b"an old shard the new one lacks")
     before = files(out)
-    monkeypatch.setattr(prepare, "SHARD_SIZE", 100_000_000)
-    assert len(before) > 10
     capsys.readouterr()
     assert make(tmp_path, NEW, "--dataset=d") == out
     assert capsys.readouterr().err == f"{out} is there already: kept (--overwrite makes it anew)\n"
