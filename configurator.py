@@ -1,7 +1,7 @@
 """
-Every script's settings, each name=(default, meaning[, lowest[, highest]]): the defaults,
-then the preset files named (config/*.py, whose `key = value` lines are read, never run),
-then --key=value. And run_main: a user's mistake is one line, a bug its traceback.
+Every script's settings, each name=(default, meaning[, lowest[, highest]]): the
+defaults, then the presets named (config/*.py, whose `key = value` lines are read,
+never run), then --key=value. And run_main: a user's mistake is one line, a bug its traceback.
 """
 import ast
 import errno
@@ -25,14 +25,15 @@ def read_preset(path):
         raise ConfigError(f"no preset file {path} (the presets are in config/)")
     try:  # an Import or an `a[0] = 1` has no .targets or no .id
         tree = ast.parse(open(path).read())
-        settings = {t.id: ast.literal_eval(node.value) for node in tree.body for t in node.targets}
+        settings = {target.id: ast.literal_eval(node.value) for node in tree.body
+                    for target in node.targets}
     except (AttributeError, SyntaxError, ValueError):
         raise ConfigError(f"{path}: a preset holds only `key = value` lines") from None
     return settings
 
 
 def typed(key, value, spec):
-    """value as its setting's type, within its limits, or one line saying what it takes."""
+    """value as its setting's type and within its limits, or one line on what it takes."""
     default, meaning, *limits = spec
     kind, given = type(default), value
     try:  # an int takes no 2.5, a bool only true or false, a float no nan or inf
@@ -45,30 +46,33 @@ def typed(key, value, spec):
             raise ValueError
     except (KeyError, ValueError):
         finite = "a finite " if kind is float else ""
-        raise ConfigError(f"--{key}={given}: must be {finite}{kind.__name__}, like {default!r}")
+        raise ConfigError(f"--{key}={given}: must be {finite}{kind.__name__}, like "
+                          f"{default!r}")
     if limits and isinstance(limits[0], tuple):  # TRANSITIONAL: the old (low, high) form
         limits = [math.inf if x is None else x for x in limits[0]]
     low, high = (limits + [math.inf])[:2] if limits else (value, value)
     if not low <= value <= high:
-        raise ConfigError(f"--{key}={value}: must be from {low} to {high} ({meaning})")
+        raise ConfigError(f"--{key}={value}: must be from {low} to {high} "
+                          f"({meaning})")
     return value
 
 
 def parse_args(settings, argv, usage, start=None):
-    """A command line's settings: the defaults (or start), each preset, then --key=value."""
+    """A command line's settings: the defaults (or start), its presets, then --key=value."""
     values = {key: spec[0] for key, spec in settings.items()} | (start or {})
     presets = [arg for arg in argv if not arg.startswith("-")]
     for path in presets:
         for key, value in read_preset(path).items():
             if key not in settings:  # another script's preset, say
-                raise ConfigError(f"{path}: {key} is no setting here (--help lists them)")
+                raise ConfigError(f"{path}: {key} is no setting here (--help lists "
+                                  f"them)")
             values[key] = typed(key, value, settings[key])
     for arg in [a for a in argv if a.startswith("-") and a not in ("-h", "--help")]:
         key, has_value, value = arg.lstrip("-").partition("=")
         if key not in settings:
             raise ConfigError(f"{arg}: no such setting here (--help lists them)")
         values[key] = typed(key, value if has_value else "true", settings[key])
-    if "-h" in argv or "--help" in argv:  # each setting, with the value it would have
+    if "-h" in argv or "--help" in argv:  # each setting, with the value it would take
         print(f"usage: {usage}")
         for key, (default, meaning, *_) in settings.items():
             print(f"  --{key}={values[key]}  {meaning}")
@@ -77,19 +81,19 @@ def parse_args(settings, argv, usage, start=None):
 
 
 def run_main(main):
-    """A script's __main__: main(argv), its int result the exit status. A user's mistake
-    (a UserError, a full disk) is one line and exit 1, Ctrl-C exit 130, a bug a traceback."""
+    """A script's __main__: main(argv), its result the exit status. A user's mistake (a
+    UserError, a full disk) is one line and exit 1, Ctrl-C 130, a bug its traceback."""
     try:
         status = main(sys.argv[1:])
     except UserError as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:  # the script has said what it kept
         sys.exit(130)
-    except Exception as e:  # a full disk too, where torch.save wraps the OSError in its own
+    except Exception as e:  # a full disk, which torch.save wraps in an error of its own
         while e and getattr(e, "errno", None) not in (errno.ENOSPC, errno.EDQUOT):
             e = e.__cause__ or e.__context__
         if not e:
             raise
         sys.exit(f"error: no space left on device ({e.filename or 'writing'}): free some "
                  f"space and run the command again")
-    sys.exit(status if isinstance(status, int) else 0)
+    sys.exit(status)  # None: 0

@@ -1,9 +1,9 @@
 """
-What the scripts share: tokenizers, token shards and batches, the device, checkpoints, logs.
+What the scripts share: tokenizers, shards and batches, the device, checkpoints, logs.
 
-A dataset is a folder data/<name>/ holding shards and a meta.json that names them and their
-tokenizer. A shard is in llm.c's format: 256 int32 of header (magic, version, number of
-tokens), then the tokens as uint16 (uint32 past 65,536 ids).
+A dataset is a folder data/<name>/ of shards and a meta.json that names them and their
+tokenizer. A shard is in llm.c's format: a header of 256 int32 (magic, version, number
+of tokens), then the tokens as uint16 (uint32 past 65,536 ids).
 """
 import bisect
 import contextlib
@@ -20,8 +20,9 @@ from configurator import ConfigError, UserError
 
 DATA_ROOT = "data"
 DEFAULT_DATASET = "shakespeare_byte"  # what `python prepare.py` writes
-CHECKPOINT_FORMAT = "value-residual-gpt/3"  # train.py writes it; load_checkpoint checks it
-HEADERS = {(20240520, 1): np.dtype("<u2"), (20240801, 7): np.dtype("<u4")}  # (magic, version)
+CHECKPOINT_FORMAT = "value-residual-gpt/3"  # what load_checkpoint reads
+# llm.c's shard headers, (magic, version), and the dtype of their tokens
+HEADERS = {(20240520, 1): np.dtype("<u2"), (20240801, 7): np.dtype("<u4")}
 
 
 def plural(n, noun):  # '1 step', '1,200 steps'
@@ -33,15 +34,16 @@ class DataError(UserError):
 
 
 def get_tokenizer(name):
-    """The tokenizer called name: "byte" (UTF-8 bytes, and 256 for end of text), or one of
-    tiktoken's encodings, such as "gpt2"."""
+    """The tokenizer called name: "byte" (UTF-8 bytes, and 256 for end of text), or
+    one of tiktoken's encodings, such as "gpt2"."""
     if name == "byte":
         return SimpleNamespace(name="byte", vocab_size=257, eot=256,
                                encode=lambda text: list(text.encode("utf-8")),
                                decode=lambda ids: bytes(i for i in ids if i < 256).decode(
                                    "utf-8", errors="replace"))
+    import tiktoken  # here, as the byte tokenizer needs none
     try:
-        enc = tiktoken_encoding(name)
+        enc = tiktoken.get_encoding(name)
     except Exception as e:  # an unknown name, or no network to fetch its file
         raise DataError(f"cannot load the tokenizer {name!r} ({type(e).__name__}): use byte, "
                         f"or gpt2 (tiktoken downloads it once)") from None
@@ -50,11 +52,6 @@ def get_tokenizer(name):
     return SimpleNamespace(name=enc.name, vocab_size=enc.n_vocab, eot=enc.eot_token,
                            encode=enc.encode_ordinary,
                            decode=lambda ids: enc.decode([i for i in ids if i < enc.n_vocab]))
-
-
-def tiktoken_encoding(name):
-    import tiktoken  # here alone, as the byte tokenizer needs none; tests replace this
-    return tiktoken.get_encoding(name)
 
 
 def padded_vocab(meta):
@@ -67,7 +64,7 @@ def padded_vocab(meta):
 # ---- shards and datasets ----
 
 def read_shard(path):
-    """A shard's tokens (ours or llm.c's), memory-mapped, after checking its header."""
+    """A shard's tokens (ours or llm.c's), memory-mapped, its header checked."""
     size = os.path.getsize(path) if os.path.isfile(path) else 0
     header = np.fromfile(path, dtype="<i4", count=3) if size >= 1024 else [0, 0, 0]
     dtype, n = HEADERS.get((header[0], header[1])), int(header[2])
@@ -111,8 +108,8 @@ def load_dataset(name):
 
 
 class Batches:
-    """Batches (x, y) of random windows of a split's shards, drawn by a generator of their
-    own, which a checkpoint keeps. The windows of all the shards are numbered as one range."""
+    """Batches (x, y) of random windows of a split's shards, drawn by a generator of
+    their own, which a checkpoint keeps. All the shards' windows are numbered as one."""
 
     def __init__(self, shards, batch_size, block_size, seed, device="cpu"):
         self.shards, self.B, self.T, self.device = shards, batch_size, block_size, device
@@ -132,7 +129,7 @@ class Batches:
             start = i - (self.ends[s] - self.windows[s])  # and there at start
             rows.append(window(self.shards[s], start, self.T))
         rows = torch.stack(rows)
-        if self.device.startswith("cuda"):  # from pinned memory the copy runs beside the GPU
+        if self.device.startswith("cuda"):  # from pinned memory, the copy runs alongside
             rows = rows.pin_memory().to(self.device, non_blocking=True)
         return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
@@ -143,8 +140,8 @@ class Batches:
 # ---- the device ----
 
 def setup_device(device="auto", dtype="auto"):
-    """The device, the dtype and its autocast (the weights stay float32). auto: cuda, else
-    mps, else cpu; bfloat16 on GPUs that have it, float16 on older ones (T4, V100)."""
+    """The device, the dtype and its autocast (the weights stay float32). auto: cuda,
+    else mps, else cpu; bfloat16 on GPUs that have it, else float16 (T4, V100)."""
     cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
     if device == "auto":
         device = "cuda" if cuda else "mps" if mps else "cpu"
@@ -169,7 +166,8 @@ def setup_device(device="auto", dtype="auto"):
 
 def join_processes(device, world):
     # Under torchrun: this process's GPU (LOCAL_RANK), in DDP's process group.
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # faster
+    # TF32: float32 matmuls on a GPU's tensor cores, much faster at a little precision
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if world > 1:
         if device.startswith("cuda"):
             device = f"cuda:{os.environ['LOCAL_RANK']}"
@@ -194,7 +192,7 @@ def atomic_write(path, mode="wb"):
 
 
 def save_checkpoint(run, model, optimizer, scaler, batches):
-    """Called by every process; rank 0 writes all that an exact resume needs: the run's
+    """Called by every process; rank 0 writes what an exact resume needs: the run's
     record and log, the weights, AdamW's moments, the loss scale, and each process's
     random numbers and place in its batches."""
     this_process = {"batches": batches.generator.get_state(), "torch": torch.get_rng_state(),
@@ -205,8 +203,9 @@ def save_checkpoint(run, model, optimizer, scaler, batches):
     if int(os.environ.get("RANK", 0)) == 0:
         out_dir = run["config"]["out_dir"]
         with atomic_write(os.path.join(out_dir, "ckpt.pt")) as f:
-            torch.save({**run, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "scaler": scaler.state_dict(), "rank_states": states}, f)
+            torch.save({**run, "format": CHECKPOINT_FORMAT, "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+                        "rank_states": states}, f)
         write_log(out_dir, run["log"])
 
 
@@ -219,7 +218,7 @@ def restore_rng(state, batches):
 
 
 def load_checkpoint(path):
-    """train.py's checkpoint, on the CPU (sample.py moves only the model to the GPU)."""
+    """train.py's checkpoint, on the CPU (sample.py moves the model alone to a GPU)."""
     if not os.path.isfile(path):
         raise DataError(f"no checkpoint at {path}: train one first, e.g. python train.py "
                         f"--out_dir={os.path.dirname(path) or '.'}")
@@ -227,7 +226,7 @@ def load_checkpoint(path):
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise DataError(f"{path} is not a readable checkpoint ({type(e).__name__})") from None
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+    if ckpt.get("format") != CHECKPOINT_FORMAT:
         raise DataError(f"{path} was written by another version of train.py: train it again")
     return ckpt
 

@@ -96,7 +96,7 @@ class KVCache:
         return self.keys[layer_idx][:, :, :end], values[:, :, :end]
 
     def nbytes(self):  # the cache's size, as sample.py and bench.py report it
-        return sum(t.numel() * t.element_size() for t in self.keys + list(self.values.values()))
+        return sum(t.nbytes for t in self.keys + list(self.values.values()))
 
 
 class CausalSelfAttention(nn.Module):
@@ -267,7 +267,8 @@ class GPT(nn.Module):
         """The last layer's output, normalised (B, T, n_embd): lm_head's input."""
         T = idx.size(1)
         start = kv_cache.length if kv_cache is not None else 0
-        # SDPA's causal mask needs the queries and the keys to start at the same place.
+        # SDPA's causal mask needs the queries and the keys to start at the same
+        # place.
         assert start == 0 or T == 1, "KVCache: only the first step may feed several tokens"
         assert start + T <= self.config.block_size, f"{start + T} tokens > block_size"
         pos = torch.arange(start, start + T, dtype=torch.long, device=idx.device)
@@ -303,18 +304,17 @@ class GPT(nn.Module):
         # it (nanoGPT's way) each step runs the whole context, cropped to block_size.
         cache = self.new_kv_cache(idx.size(0)) if use_cache else None
         for _ in range(max_new_tokens):
-            if cache is not None and 0 < cache.length < self.config.block_size:
-                logits, _ = self(idx[:, -1:], kv_cache=cache)
-            else:
-                if cache is not None:
-                    cache.length = 0  # filled again, with the cropped context
-                logits, _ = self(idx[:, -self.config.block_size:], kv_cache=cache)
+            if cache is not None and cache.length == self.config.block_size:
+                cache.length = 0  # full: filled again from the cropped context
+            cached = cache is not None and cache.length > 0
+            logits, _ = self(idx[:, -1:] if cached else idx[:, -self.config.block_size:],
+                             kv_cache=cache)
             logits = logits[:, -1, :].float()
             if temperature == 0:
                 idx_next = logits.argmax(dim=-1, keepdim=True)
             else:
                 logits = logits / temperature
-                if top_k is not None:  # only the k likeliest tokens stay candidates
+                if top_k:  # only the k likeliest tokens stay candidates
                     v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                     logits[logits < v[:, [-1]]] = -float("Inf")
                 idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)

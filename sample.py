@@ -30,7 +30,7 @@ USAGE = "python sample.py [--key=value ...]"
 
 
 def sample(cfg):
-    """Prints the samples, then on stderr the speed and the KV cache's size; returns them."""
+    """Prints the samples, and on stderr the speed and the KV cache's size."""
     device, dtype, autocast = data.setup_device(cfg.device, cfg.dtype)
     # The checkpoint loads on the CPU, and only the model goes on to the device.
     ckpt = data.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"))
@@ -48,8 +48,7 @@ def sample(cfg):
     texts, t0 = [], time.perf_counter()
     for _ in range(cfg.num_samples):
         with autocast:  # so the cache is made in the dtype the model computes in
-            y = model.generate(x, cfg.max_new_tokens, cfg.temperature, cfg.top_k or None,
-                               cfg.use_cache)
+            y = model.generate(x, cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.use_cache)
         texts.append(tokenizer.decode(y[0].tolist()))
         print(texts[-1] + "\n---------------", flush=True)
 

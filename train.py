@@ -97,7 +97,7 @@ def training_step(model, optimizer, batches, grad_accum, grad_clip, amp):
     (autocast, GradScaler). bench.py times this very function."""
     autocast, scaler = amp
     for micro_step in range(grad_accum):
-        if isinstance(model, DDP):
+        if WORLD > 1:
             # DDP averages the gradients of all processes in backward(): only the
             # last micro-step needs that (nanoGPT's way to say so).
             model.require_backward_grad_sync = micro_step == grad_accum - 1
@@ -170,10 +170,10 @@ def train(cfg, ckpt=None):
     if WORLD > 1:
         model = DDP(model, device_ids=[device] if device.startswith("cuda") else None)
 
-    iter_num = start_iter = run["iter_num"]
+    iter_num = run["iter_num"]
     if iter_num == 0:  # the untrained model's loss, where every loss curve starts
-        losses = estimate_loss(raw_model, eval_batches, cfg.eval_iters, autocast)
-        log_eval(run, 0, losses, raw_model.mixing_weights())
+        log_eval(run, 0, estimate_loss(raw_model, eval_batches, cfg.eval_iters, autocast),
+                 raw_model.mixing_weights())
     t0 = time.time()
     while iter_num < cfg.max_iters:
         # Each parameter group steps at the scheduled lr times its own lr_scale.
@@ -194,7 +194,7 @@ def train(cfg, ckpt=None):
             run["iter_num"] = iter_num
             data.save_checkpoint(run, raw_model, optimizer, scaler, batches)
             t0 = time.time()  # evaluating is not training time
-    finish(run, iter_num, iter_num > start_iter)
+    finish(run, iter_num)
     return raw_model, run["log"]
 
 
@@ -205,11 +205,9 @@ def main(argv):
     try:
         train(cfg, ckpt)
     except KeyboardInterrupt:  # under torchrun every process stops; rank 0 says so
-        if RANK == 0:
-            kept = os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt"))
-            print("Ctrl-C: stopped; " + (f"{cfg.out_dir}/ckpt.pt is kept: go on with python "
-                                         f"train.py --resume --out_dir={cfg.out_dir}"
-                                         if kept else "no checkpoint yet"), file=sys.stderr)
+        if RANK == 0 and os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt")):
+            print(f"Ctrl-C: stopped; {cfg.out_dir}/ckpt.pt is kept: go on with python train.py "
+                  f"--resume --out_dir={cfg.out_dir}", file=sys.stderr)
         raise
     except torch.OutOfMemoryError:
         raise ConfigError(f"out of GPU memory: halve --batch_size and double "
@@ -221,8 +219,6 @@ def main(argv):
 
 def check_settings(cfg):
     # The settings that must agree with one another (GPTConfig checks the model's).
-    if cfg.min_lr > cfg.learning_rate:
-        raise ConfigError(f"--min_lr={cfg.min_lr}: must be at most --learning_rate")
     if cfg.gradient_accumulation_steps % WORLD:
         raise ConfigError(f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps}:"
                           f" must divide among the {WORLD} processes")
@@ -264,16 +260,14 @@ def build_model(cfg, vocab_size, ckpt=None):
 
 def start_run(cfg, ckpt, record):
     """The run's record (a resume's from its checkpoint), and a line on what it trains."""
-    if os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt")) and not (cfg.resume or
-                                                                     cfg.overwrite):
+    if os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt")) and not (ckpt or cfg.overwrite):
         raise ConfigError(f"{cfg.out_dir} holds a checkpoint: go on with --resume, or train "
                           f"into another --out_dir (--overwrite replaces it)")
     try:
         os.makedirs(cfg.out_dir, exist_ok=True)
     except OSError as e:  # a file in the way, or no permission
         raise ConfigError(f"--out_dir={cfg.out_dir}: cannot make that folder ({e.strerror})")
-    run = {"format": data.CHECKPOINT_FORMAT, "iter_num": 0, "val_loss": None, "log": [],
-           **record, "config": {k: v for k, v in vars(cfg).items() if k not in ACTIONS}}
+    run = {"iter_num": 0, "val_loss": None, "log": [], **record, "config": {k: v for k, v in vars(cfg).items() if k not in ACTIONS}}
     if ckpt:
         run.update({k: ckpt[k] for k in ("iter_num", "val_loss", "log")})
     if RANK == 0:
@@ -306,7 +300,7 @@ def log_eval(run, iter_num, losses, mixing):
     run["val_loss"] = losses["val"]
     line = f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}"
     for kind, names in MIXING_WEIGHTS.items():  # e.g. transformer.h.3.attn.value_lambdas
-        values = [v for k, v in mixing.items() if k.rpartition(".")[2] in (kind, kind + ":mean")]
+        values = [v for k, v in mixing.items() if k.split(".")[-1].split(":")[0] == kind]
         if values:
             line += "".join(f", {n} {x:.2f}" for n, x in zip(names, np.mean(values, axis=0).flat))
     log(run, iter_num, {"kind": "eval", "tokens": iter_num * run["tokens_per_step"],
@@ -320,14 +314,13 @@ def log_step(run, iter_num, loss, lr, dt):
         dist.all_reduce(loss)
         loss /= WORLD
     loss = loss.item()  # the one wait for the GPU in a logged step
-    tokens_per_sec = run["tokens_per_step"] / dt
     log(run, iter_num, {"kind": "train", "loss": loss, "lr": lr, "ms_per_step": 1000 * dt,
-                        "tokens_per_sec": tokens_per_sec},
+                        "tokens_per_sec": run["tokens_per_step"] / dt},
         f"iter {iter_num}/{run['config']['max_iters']}: loss {loss:.4f}, lr {lr:.2e}, "
-        f"{1000 * dt:.0f} ms/step, {tokens_per_sec:,.0f} tok/s")
+        f"{1000 * dt:.0f} ms/step, {run['tokens_per_step'] / dt:,.0f} tok/s")
 
 
-def finish(run, iter_num, trained):
+def finish(run, iter_num):
     """The log written, and a word on the checkpoint."""
     out_dir = run["config"]["out_dir"]
     if WORLD > 1:  # every process is done talking before any closes its connections
@@ -335,8 +328,8 @@ def finish(run, iter_num, trained):
         dist.destroy_process_group()
     if RANK == 0:
         data.write_log(out_dir, run["log"])
-        print(f"{'saved' if trained else 'kept'} {out_dir}/ckpt.pt (step {iter_num}): python "
-              f"sample.py --out_dir={out_dir} samples from it" if iter_num else "no checkpoint")
+        print(f"{out_dir}/ckpt.pt is at step {iter_num}: python sample.py --out_dir={out_dir} "
+              f"samples from it" if iter_num else "no checkpoint")
 
 
 if __name__ == "__main__":

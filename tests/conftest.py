@@ -36,8 +36,9 @@ def gpt2_encoding():
 
 @pytest.fixture
 def gpt2(monkeypatch, gpt2_encoding):
-    """The GPT-2 tokenizer, its BPE file from the offline copy (data.tiktoken_encoding swapped)."""
-    monkeypatch.setattr(data, "tiktoken_encoding", lambda name: gpt2_encoding)
+    """The GPT-2 tokenizer, its BPE file from the offline copy (tiktoken.get_encoding swapped)."""
+    import tiktoken
+    monkeypatch.setattr(tiktoken, "get_encoding", lambda name: gpt2_encoding)
     return data.get_tokenizer("gpt2")
 
 
