@@ -256,13 +256,10 @@ def gap_panel(ax, name, r, paired, band, color, off):
         edges = np.concatenate([spread[0][past], spread[-1][past]])
         held.append(np.clip(edges, -reach, reach))
         off += [e for e in (edges.min(), edges.max()) if abs(e) > reach]
-    said = label(name)
-    if p and p["n"] > 1:
-        said += f": {p['mean']:+.3f} at the end\n[{p['interval'][0]:+.3f}, {p['interval'][1]:+.3f}]"
-    elif p:
-        said += f": {p['mean']:+.3f} at the end" + ("\nother seeds {:+.3f} to {:+.3f}".format(
-            *r["band"]) if r.get("band_source") == "seeds" else "")
-    ax.set_title(said, fontsize=SMALL)
+    said = "" if not p else f": {p['mean']:+.3f} at the end" + (
+        "\n[{:+.3f}, {:+.3f}]".format(*p["interval"]) if p["n"] > 1 else "\nother seeds {:+.3f} "
+        "to {:+.3f}".format(*r["band"]) if r.get("band_source") == "seeds" else "")
+    ax.set_title(label(name) + said, fontsize=SMALL)
     return held
 
 
@@ -270,11 +267,13 @@ def gap_legend(ax, results, compared, band, off):
     """What the difference panels draw, in plain words, beside the last panel of their first
     row: one legend for all of them, rounding alone given with its size at the end."""
     n = max(len(gaps[1]) for gaps in compared.values())
+    finished = any(results[name].get("paired") for name in compared)  # (live: no final numbers)
     ax.plot([], [], lw=2.5, color="0.3", label=(
         "each panel: a variant minus vanilla on the same seed, below 0 = better; " + (
             f"bold: the mean of {n} seeds, thin: each seed" if n > 1 else "bold: this seed")
-        + "; lines: a few fixed batches at each evaluation; the numbers over a panel: the whole "
-        "validation split at the end" + (", mean and 95% interval" if n > 1 else "")))
+        + "; lines: a few fixed batches at each evaluation" + (
+            "; the numbers over a panel: the whole validation split at the end"
+            + (", mean and 95% interval" if n > 1 else "") if finished else "")))
     k = next((len(results[n]["calibration"]["final"]) for n in compared
               if results[n].get("calibration")), 0)  # the calibration's other seeds
     if k:

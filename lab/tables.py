@@ -243,8 +243,8 @@ def write_tables(root, results, paper, info, search=None):
                   "".join(f" {c} |" for c in cells))
     if paired:
         md.append("\nIn-run crossing, the paper's \"less data\" reading taken inside each run: "
-                  "the share of vanilla's tokens at which a variant's fixed-window val loss first "
-                  "reached vanilla's final one, per seed (never: it did not).\n")
+                  "the share of vanilla's tokens at which a variant's val loss on a few fixed "
+                  "batches first reached vanilla's final one, per seed (never: it did not).\n")
         total = results["vanilla"]["total_tokens"]
         for name, r in results.items():
             if r.get("crossing_tokens") and name != FLOOR:

@@ -248,7 +248,7 @@ def test_an_edit_of_your_own_is_a_gptconfig_field_compared_as_two_variants(tmp_p
     paired = results["modes"]["vanilla:mlp=swiglu"]["paired"]
     assert paired["n"] == 2 and set(results["modes"]) == {"vanilla", "vanilla:mlp=swiglu"}
     table = (copy / "out-swiglu" / "results.md").read_text()
-    row = next(line for line in table.splitlines() if line.startswith("| vanilla:mlp=swiglu |"))
+    row = next(line for line in table.splitlines() if "(`vanilla:mlp=swiglu`) |" in line)
     assert f"{paired['mean']:+.4f}" in row
     for folder, width in (("vanilla_seed1", 4), ("vanilla-mlp=swiglu_seed1", 8)):
         ckpt = torch.load(copy / "out-swiglu" / folder / "ckpt.pt", weights_only=True)
