@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 import data
-from data import plural
+from lab.analysis import plural
 from configurator import ConfigError, parse_args, run_main
 from lab import plots, tables
 from lab.analysis import FLOOR, bands, bracketed
@@ -52,19 +52,19 @@ COMPARE_SETTINGS = dict(
     seeds=("1337,1338,1339,1340,1341,1342,1343,1344",
            "the seeds to train, a list (7 is seed 7; 1,2,3 three seeds)"),
     jobs=(0, "runs side by side (0 = the CPU cores / threads; on GPUs, one per GPU; on MPS 1); "
-             "on GPUs the runs are spread over them", (0, None)),
+             "on GPUs the runs are spread over them", 0),
     plan=(False, "print each run's shell command (from this folder) and train nothing: run them "
                  "with any scheduler, then this command again for the tables"),
     threads=(1, "CPU threads per run, whatever --jobs: another count rounds differently, so "
-                "the same command prints the same numbers only at the same count", (1, None)),
+                "the same command prints the same numbers only at the same count", 1),
     noise_floor=(1, "on this many of the seeds, also train vanilla with its initial weights "
                     "nudged one rounding step (lab.nudged): how far rounding alone moves a run "
-                    "(another CPU or thread count), beside every difference (0 = off)", (0, None)),
+                    "(another CPU or thread count), beside every difference (0 = off)", 0),
     calibration=("", "folders of this setting's runs on other seeds (compare out_dirs, comma-"
                      "separated): beside each one-seed difference, where it fell on those seeds"),
     reuse_other_code=(False, "reuse runs (and calibrations) that other code trained (another "
                              "code version): said in results.md; for reading old records"),
-    analysis_samples=(64, "held-out windows for attention entropy and token similarity", (1, None)),
+    analysis_samples=(64, "held-out windows for attention entropy and token similarity", 1),
     tune=(False, "first find each variant's best peak learning rate, then compare each at its "
                  "own best and (the paper's protocol) all at vanilla's best"),
     tune_lrs=("6e-3,8.5e-3,1.2e-2,1.7e-2,2.4e-2",
@@ -72,10 +72,10 @@ COMPARE_SETTINGS = dict(
     tune_seeds=("1,2,3,4", "--tune: the seeds of the search, a list like --seeds; never the "
                            "reported --seeds; 4 so that one seed stalling moves the mean"),
     tune_extend=(4, "--tune: at most this many learning rates added beyond each end of the grid",
-                 (0, None)),
+                 0),
     escape_loss=(2.9, "the early plateau's exit: a run has left it when its fixed-window val loss "
                       "first falls below this (nats per token; 2.9 suits byte-level text; 0: off)",
-                 (0.0, None)),
+                 0.0),
     gap_steps=("", "steps at which the paired gap to vanilla is tabled along the run (fixed-window "
                    "val loss), e.g. 200,800,2400; empty: a quarter, half, three quarters, the end"),
     lrs=("", "each variant's own peak lr, e.g. vanilla=1.2e-2,svformer=8.5e-3 (what --tune "

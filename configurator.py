@@ -48,8 +48,6 @@ def typed(key, value, spec):
         finite = "a finite " if kind is float else ""
         raise ConfigError(f"--{key}={given}: must be {finite}{kind.__name__}, like "
                           f"{default!r}")
-    if limits and isinstance(limits[0], tuple):  # TRANSITIONAL: the old (low, high) form
-        limits = [math.inf if x is None else x for x in limits[0]]
     low, high = (limits + [math.inf])[:2] if limits else (value, value)
     if not low <= value <= high:
         raise ConfigError(f"--{key}={value}: must be from {low} to {high} "

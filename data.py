@@ -9,6 +9,7 @@ import bisect
 import contextlib
 import itertools
 import json
+import math
 import os
 from types import SimpleNamespace
 
@@ -23,10 +24,6 @@ DEFAULT_DATASET = "shakespeare_byte"  # what `python prepare.py` writes
 CHECKPOINT_FORMAT = "value-residual-gpt/3"  # what load_checkpoint reads
 # llm.c's shard headers, (magic, version), and the dtype of their tokens
 HEADERS = {(20240520, 1): np.dtype("<u2"), (20240801, 7): np.dtype("<u4")}
-
-
-def plural(n, noun):  # '1 step', '1,200 steps'
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 class DataError(UserError):
@@ -58,7 +55,7 @@ def padded_vocab(meta):
     # The model's vocabulary for a dataset: its tokenizer's, padded to a multiple of
     # 64 for faster matmuls (GPT-2's 50,257 to 50,304). No target is ever a padding
     # id.
-    return -(-meta["vocab_size"] // 64) * 64
+    return math.ceil(meta["vocab_size"] / 64) * 64
 
 
 # ---- shards and datasets ----
@@ -114,8 +111,8 @@ class Batches:
     def __init__(self, shards, batch_size, block_size, seed, device="cpu"):
         self.shards, self.B, self.T, self.device = shards, batch_size, block_size, device
         self.seed, self.generator = seed, torch.Generator().manual_seed(seed)
-        # A shard's last window is never drawn, one short of nanoGPT's: drawing it
-        # would change the batches of every committed record.
+        # A shard's last window is never drawn (nanoGPT draws it): the recorded runs were
+        # trained so, and drawing it would change every batch.
         self.windows = [max(len(s) - block_size - 1, 0) for s in shards]
         self.ends = list(itertools.accumulate(self.windows))
         if sum(self.windows) < 1:
@@ -130,7 +127,8 @@ class Batches:
             rows.append(window(self.shards[s], start, self.T))
         rows = torch.stack(rows)
         if self.device.startswith("cuda"):  # from pinned memory, the copy runs alongside
-            rows = rows.pin_memory().to(self.device, non_blocking=True)
+            rows = rows.pin_memory()
+        rows = rows.to(self.device, non_blocking=True)
         return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
     def reset(self):
@@ -232,8 +230,7 @@ def load_checkpoint(path):
 
 
 def write_log(out_dir, entries):
-    # out_dir/log.jsonl, whole, at each checkpoint and at the end: so an --overwrite
-    # keeps the old run's log until the new run's first checkpoint replaces the old
-    # one too.
+    # out_dir/log.jsonl, written whole beside each checkpoint: a log always goes with
+    # the checkpoint of the same steps.
     with atomic_write(os.path.join(out_dir, "log.jsonl"), "w") as f:
         f.writelines(json.dumps(entry) + "\n" for entry in entries)

@@ -80,9 +80,9 @@ class KVCache:
     def __init__(self, config, batch_size, max_len, device, dtype):
         shape = (batch_size, config.kv_heads, max_len, config.head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
-        self.value_layer = [config.value_layer(n) for n in range(config.n_layer)]
-        self.values = {n: torch.zeros(shape, device=device, dtype=dtype)
-                       for n in set(self.value_layer)}
+        self.value_layer = [config.value_layer(i) for i in range(config.n_layer)]
+        self.values = {i: torch.zeros(shape, device=device, dtype=dtype)
+                       for i in set(self.value_layer)}  # by layer_idx: SVFormer's 0 alone
         self.max_len, self.length = max_len, 0  # tokens stored so far
 
     def store(self, layer_idx, k, v):
@@ -92,8 +92,8 @@ class KVCache:
         self.keys[layer_idx][:, :, start:end] = k
         if v is not None:
             self.values[layer_idx][:, :, start:end] = v
-        values = self.values[self.value_layer[layer_idx]]
-        return self.keys[layer_idx][:, :, :end], values[:, :, :end]
+        v_all = self.values[self.value_layer[layer_idx]]  # SVFormer's: layer 1's, always
+        return self.keys[layer_idx][:, :, :end], v_all[:, :, :end]
 
     def nbytes(self):  # the cache's size, as sample.py and bench.py report it
         return sum(t.nbytes for t in self.keys + list(self.values.values()))
@@ -137,8 +137,8 @@ class CausalSelfAttention(nn.Module):
         # The value modes, one line each. The first layer (layer_idx 0) has no V_1
         # before it, so the modes that mix in V_1 start at the second layer.
         if self.value_mode == "value_embed":
-            lam, table = self.value_lambda, self.heads(self.value_embed(idx), self.n_kv_head)
-            value = (1 - lam) * v + lam * table.to(v.dtype)  # U_n = A_n ((1 - l) V_n + l E_n[x])
+            lam, e = self.value_lambda, self.heads(self.value_embed(idx), self.n_kv_head)
+            value = (1 - lam) * v + lam * e.to(v.dtype)  # U_n = A_n ((1 - l) V_n + l E_n[x])
         elif self.layer_idx == 0 or self.value_mode == "vanilla":
             value = v  # U_n = A_n V_n
         elif self.value_mode == "resformer":
@@ -149,12 +149,12 @@ class CausalSelfAttention(nn.Module):
         else:
             raise NotImplementedError(f"value_mode {self.value_mode!r} has no line here")
 
-        keys, values = k, value
+        k_all, v_all = k, value  # the keys and values attended to: with a cache, all so far
         if kv_cache is not None:  # a layer without a value projection stores none
-            keys, values = kv_cache.store(self.layer_idx, k, value if self.owns_value else None)
+            k_all, v_all = kv_cache.store(self.layer_idx, k, value if self.owns_value else None)
         # Decoding one token (T == 1) attends to the whole cache: it needs no mask.
         # With fewer key/value heads than query heads (GQA), each serves a group.
-        y = F.scaled_dot_product_attention(q, keys, values, is_causal=T > 1,
+        y = F.scaled_dot_product_attention(q, k_all, v_all, is_causal=T > 1,
                                            dropout_p=self.dropout if self.training else 0.0,
                                            enable_gqa=self.n_kv_head != self.n_head)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # the heads side by side
@@ -226,7 +226,7 @@ class GPT(nn.Module):
         vanilla = GPT(replace(self.config, value_mode="vanilla", lambda_1=0.5, lambda_2=0.5,
                               learnable_lambda=False))
         shared = dict(vanilla.named_parameters())
-        with torch.no_grad():
+        with torch.no_grad():  # a tensor of fewer rows (SVFormer's c_attn) takes the first
             for name, p in self.named_parameters():
                 if name in shared and p.dim() and p.shape[1:] == shared[name].shape[1:]:
                     p.copy_(shared[name][:len(p)])
@@ -254,7 +254,7 @@ class GPT(nn.Module):
         return model.to(device).eval()
 
     def load_weights(self, state):
-        # load_state_dict, but another model.py's weights are one line: what differs.
+        # As load_state_dict, but weights of another model.py are one line naming them.
         mine = self.state_dict()
         differ = sorted(set(mine) ^ set(state)) + [k for k in mine if k in state and
                                                    mine[k].shape != state[k].shape]
@@ -343,5 +343,5 @@ class GPT(nn.Module):
                   {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0}]
         if mixing:
             groups.append({"params": mixing, "weight_decay": 0.0, "lr_scale": lambda_lr_scale})
-        fused = self.lm_head.weight.is_cuda or None  # on a GPU, one kernel
+        fused = self.lm_head.weight.is_cuda or None  # one kernel on a GPU; else the default
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)

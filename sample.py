@@ -19,7 +19,8 @@ SETTINGS = dict(
     start=("", "the prompt (empty: a fresh document)"),
     num_samples=(10, "samples to print", 1),
     max_new_tokens=(500, "tokens generated per sample", 0),
-    temperature=(0.8, "1.0: the model's odds, lower: safer, 0: always the likeliest", 0.0),
+    temperature=(0.8, "1.0: the model's odds, lower: safer, 0: the likeliest, every sample "
+                      "the same", 0.0),
     top_k=(200, "keep only the k likeliest tokens (0: all)", 0),
     seed=(1337, "the same seed gives the same text", 0, 2**63 - 1),
     use_cache=(True, "the KV cache (False: the whole context again for each token)"),

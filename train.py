@@ -32,7 +32,7 @@ SETTINGS = dict(
     resume=(False, "go on from out_dir/ckpt.pt, with its settings"),
     overwrite=(False, "start afresh where out_dir holds a checkpoint"),
     seed=(1337, "seed of the initial weights and of the batches", 0, 2**63 - 1),
-    dataset=(data.DEFAULT_DATASET, "data/<dataset>/ from prepare.py, or a folder"),
+    dataset=(data.DEFAULT_DATASET, "data/<dataset>/ from prepare.py, or an absolute path"),
     batch_size=(12, "sequences per micro-step", 1),
     block_size=(64, "tokens per sequence (the context)", 1),
     gradient_accumulation_steps=(0, "micro-steps a step, of all processes (0: one each)", 0),
@@ -65,7 +65,7 @@ SETTINGS = dict(
 for f in fields(GPTConfig):
     if f.name != "vocab_size":  # which the dataset decides
         SETTINGS.setdefault(f.name, (f.default, "a field of GPTConfig"))
-ACTIONS = ("resume", "overwrite")  # what a command does, not what its run is: never saved
+ACTIONS = ("resume", "overwrite")  # what to do with out_dir: not saved with the run
 # What a resume may change: the model, the data and the batches do not depend on
 # them.
 RESUMABLE = ("out_dir", "max_iters", "eval_interval", "log_interval", "eval_iters",
@@ -122,7 +122,7 @@ def estimate_loss(model, batches, eval_iters, autocast):
     losses = {}
     for split, split_batches in batches.items():
         split_batches.reset()
-        total = 0.0  # a tensor from the first loss on: one wait for the GPU, at the end
+        total = 0.0  # the losses add up on the device: one wait for the GPU, at .item()
         for _ in range(eval_iters):
             x, y = split_batches.next()
             with autocast:
@@ -135,10 +135,14 @@ def estimate_loss(model, batches, eval_iters, autocast):
 
 def train(cfg, ckpt=None):
     """One run, from the start or from its checkpoint ckpt: returns the model and its log."""
-    check_settings(cfg)
+    if cfg.gradient_accumulation_steps % WORLD:  # (GPTConfig checks the model's settings)
+        raise ConfigError(f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps}:"
+                          f" must divide among the {WORLD} processes")
     device, dtype, autocast = data.setup_device(cfg.device, cfg.dtype)
     device = data.join_processes(device, WORLD)
     shards, meta = data.load_dataset(cfg.dataset)
+    # raw_model is the model itself, which evaluates and is saved; model, further down, is
+    # what trains (compiled, and under torchrun in DDP).
     raw_model = build_model(cfg, data.padded_vocab(meta), ckpt).to(device)
     optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
                                                (cfg.beta1, cfg.beta2), cfg.lambda_lr_scale)
@@ -164,14 +168,14 @@ def train(cfg, ckpt=None):
         optimizer.load_state_dict(ckpt["optimizer"])
         scaler.load_state_dict(ckpt["scaler"])
         data.restore_rng(ckpt["rank_states"][RANK], batches)
-    # model is the one that trains (compiled, in DDP); raw_model evaluates and is
-    # saved.
     model = torch.compile(raw_model) if cfg.compile else raw_model
     if WORLD > 1:
         model = DDP(model, device_ids=[device] if device.startswith("cuda") else None)
 
     iter_num = run["iter_num"]
-    if iter_num == 0:  # the untrained model's loss, where every loss curve starts
+    # The untrained model's loss, where every curve starts (a resume's step was evaluated
+    # before its checkpoint was saved).
+    if iter_num == 0:
         log_eval(run, 0, estimate_loss(raw_model, eval_batches, cfg.eval_iters, autocast),
                  raw_model.mixing_weights())
     t0 = time.time()
@@ -217,13 +221,6 @@ def main(argv):
 
 # ---- what train() uses, which a first reading may skip ----
 
-def check_settings(cfg):
-    # The settings that must agree with one another (GPTConfig checks the model's).
-    if cfg.gradient_accumulation_steps % WORLD:
-        raise ConfigError(f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps}:"
-                          f" must divide among the {WORLD} processes")
-
-
 def resume_settings(cfg, argv):
     """The settings and checkpoint of a resume. As in nanoGPT, the run's settings are the
     checkpoint's; the command line may repeat them, and change only the RESUMABLE ones."""
@@ -242,8 +239,7 @@ def resume_settings(cfg, argv):
 
 
 def build_model(cfg, vocab_size, ckpt=None):
-    # The run's GPT, drawn from its seed (the same in every process), or its
-    # checkpoint's.
+    # The run's GPT, drawn from its seed (the same in every process), or its checkpoint's.
     try:
         config = GPTConfig.from_dict({**vars(cfg), "vocab_size": vocab_size})
     except ValueError as e:  # a mistake in the model's settings, which GPTConfig checks
@@ -259,7 +255,7 @@ def build_model(cfg, vocab_size, ckpt=None):
 
 
 def start_run(cfg, ckpt, record):
-    """The run's record (a resume's from its checkpoint), and a line on what it trains."""
+    """The run's record (a resume's from its checkpoint), and a line on what it does."""
     if os.path.exists(os.path.join(cfg.out_dir, "ckpt.pt")) and not (ckpt or cfg.overwrite):
         raise ConfigError(f"{cfg.out_dir} holds a checkpoint: go on with --resume, or train "
                           f"into another --out_dir (--overwrite replaces it)")
@@ -267,7 +263,8 @@ def start_run(cfg, ckpt, record):
         os.makedirs(cfg.out_dir, exist_ok=True)
     except OSError as e:  # a file in the way, or no permission
         raise ConfigError(f"--out_dir={cfg.out_dir}: cannot make that folder ({e.strerror})")
-    run = {"iter_num": 0, "val_loss": None, "log": [], **record, "config": {k: v for k, v in vars(cfg).items() if k not in ACTIONS}}
+    run = {"iter_num": 0, "val_loss": None, "log": [], **record,
+           "config": {k: v for k, v in vars(cfg).items() if k not in ACTIONS}}
     if ckpt:
         run.update({k: ckpt[k] for k in ("iter_num", "val_loss", "log")})
     if RANK == 0:
@@ -276,19 +273,19 @@ def start_run(cfg, ckpt, record):
               f"{run['device']} in {run['dtype']}, {run['tokens_per_step']:,} tokens a step",
               flush=True)
     reads = cfg.max_iters * run["tokens_per_step"] / run["train_tokens"]
-    if RANK == 0 and reads > 1:  # more than an epoch: the model sees some windows again
+    if RANK == 0 and reads > 1:  # more than an epoch: some windows come again
         print(f"note: the run reads its {run['train_tokens']:,} training tokens {reads:.2f} "
               f"times", flush=True)
     return run
 
 
 def log(run, iter_num, entry, line):
-    """An entry in the log and a line on stdout. A loss that is not finite stops the run."""
+    """An entry in the log and a line on stdout; a loss that is not finite stops the run."""
     run["log"].append({"iter": iter_num, **entry})
     if RANK == 0:
         print(line, flush=True)
     if not math.isfinite(entry.get("loss", entry.get("val_loss"))):
-        run["log"].append({"iter": iter_num, "kind": "diverged"})  # compare.py reads it
+        run["log"].append({"iter": iter_num, "kind": "diverged"})  # a result, to compare
         if RANK == 0:
             data.write_log(run["config"]["out_dir"], run["log"])
         raise ConfigError(f"the loss is not finite at step {iter_num}: stopped (try a lower "
@@ -296,7 +293,7 @@ def log(run, iter_num, entry, line):
 
 
 def log_eval(run, iter_num, losses, mixing):
-    """The loss estimates, and the mean over the layers of each learned mixing weight."""
+    """The loss estimates, and each learned mixing weight's mean over the layers."""
     run["val_loss"] = losses["val"]
     line = f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}"
     for kind, names in MIXING_WEIGHTS.items():  # e.g. transformer.h.3.attn.value_lambdas
@@ -309,7 +306,7 @@ def log_eval(run, iter_num, losses, mixing):
 
 
 def log_step(run, iter_num, loss, lr, dt):
-    """The training loss (the mean over the processes: all stop alike) and the speed."""
+    """The training loss (the processes' mean: all stop alike) and the speed."""
     if WORLD > 1:
         dist.all_reduce(loss)
         loss /= WORLD
@@ -328,8 +325,9 @@ def finish(run, iter_num):
         dist.destroy_process_group()
     if RANK == 0:
         data.write_log(out_dir, run["log"])
+    if RANK == 0 and iter_num:  # (a run of 0 steps saves no checkpoint)
         print(f"{out_dir}/ckpt.pt is at step {iter_num}: python sample.py --out_dir={out_dir} "
-              f"samples from it" if iter_num else "no checkpoint")
+              f"samples from it")
 
 
 if __name__ == "__main__":

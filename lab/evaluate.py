@@ -19,7 +19,7 @@ from model import GPT
 
 SETTINGS = dict(
     out_dir=("out", "the run's folder: its ckpt.pt and log.jsonl"),
-    batch_size=(0, "windows a forward pass (0: the run's own batch_size)", (0, None)),
+    batch_size=(0, "windows a forward pass (0: the run's own batch_size)", 0),
     device=("", "where to compute (empty: the run's own --device)"),
 )
 LOGITS_AT_ONCE = 2**25  # 128 MiB of float32 logits a chunk: one chunk for byte-level runs

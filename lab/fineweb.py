@@ -15,7 +15,7 @@ import numpy as np
 
 import compare
 import data
-from data import plural
+from lab.analysis import plural
 from configurator import ConfigError, parse_args, run_main
 
 REPO = "kjj0/finewebedu10B-gpt2"  # a dataset on the Hugging Face hub
@@ -27,7 +27,7 @@ VAL_TOKENS = 10 * 2**20
 SHARD_TOKENS, SHARDS = 100_000_000, 99
 SETTINGS = dict(
     train_shards=(0, "train shards of 100M tokens (0: those the preset's run reads; without a "
-                     "preset, 1)", (0, SHARDS)),
+                     "preset, 1)", 0, SHARDS),
     out_dir=(os.path.join(data.DATA_ROOT, "fineweb_edu_gpt2"), "where the shards go"),
 )
 

@@ -20,7 +20,7 @@ import torch
 
 import data
 import train
-from data import plural
+from lab.analysis import plural
 from configurator import parse_args, read_preset
 from lab import cards
 from lab.analysis import LOGIT_TOLERANCE, cache_logit_error, decoded_logits

@@ -24,7 +24,7 @@ NAMES = {16: "16 GB (T4)", 24: "24 GB (L4, A10G, RTX 3090/4090)", 40: "40 GB (A1
 HEADROOM = 0.9  # of the free memory: the caching allocator's fragments and other buffers
 SETTINGS = {**compare.SETTINGS,
             "gpu_memory": (0, "a card of this many GB (0: this GPU; without one, the four cards "
-                              "of 16, 24, 40 and 80 GB)", (0, None))}
+                              "of 16, 24, 40 and 80 GB)", 0)}
 
 
 def step_peak(model, block_size, dtype="bfloat16"):

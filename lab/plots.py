@@ -6,7 +6,7 @@ import textwrap
 
 import numpy as np
 
-from data import plural
+from .analysis import plural
 
 from .runs import read_log
 from .tables import label, mixing_by_layer

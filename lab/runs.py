@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 import data
-from data import plural
+from .analysis import plural
 from configurator import ConfigError
 from model import GPT
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
@@ -30,7 +30,7 @@ TRAIN_PY = os.path.join(ROOT, "train.py")
 SUMMARY_FORMAT = "value-residual-gpt/2"  # summary.json's; the committed records carry it
 # what a run may set beyond train.py's settings: lab.nudged's coin seed (the noise floor)
 LAB_SETTINGS = dict(nudge=(0, "nonzero: train through lab.nudged, each initial weight one "
-                              "float32 step up or down (the noise floor)", (0, None)))
+                              "float32 step up or down (the noise floor)", 0))
 # The code of a run: the modules a run executes (train.py, or lab.nudged for the noise floor,
 # then lab.evaluate), and every module of the project they import, however deep: a package a
 # student adds counts. What only reads logs (this module and the tables) does not.

@@ -17,8 +17,8 @@ from configurator import ConfigError, parse_args, run_main
 from .runs import ROOT, code_version, command, read_log, settings_only, write_json
 
 SETTINGS = dict(
-    steps=(0, "train each check run this many steps (0: as many as the records)", (0, None)),
-    jobs=(2, "check runs side by side (each on one thread)", (1, None)),
+    steps=(0, "train each check run this many steps (0: as many as the records)", 0),
+    jobs=(2, "check runs side by side (each on one thread)", 1),
 )
 SETTINGS["from"] = ("", "the git revision whose code trained the records (a commit, a tag)")
 

@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 
 import data
-from data import plural
+from .analysis import plural
 from model import VALUE_MODES, GPTConfig
 
 from .analysis import (FLOOR, bracketed, held_on_every_seed, lr_range,

@@ -650,16 +650,17 @@ def test_pictures_and_tables_name_the_variants_in_words():
 
 def test_a_runs_mistake_is_its_one_line_and_failed_runs_end_the_command_without_tables(
         plays, tmp_path, quick, capsys):
-    """A run train.py refuses (a variant's min_lr above its lr) says train.py's one line; the
-    others finish; the command ends in one line, exit 1, no tables that would leave it out."""
+    """A run train.py refuses (a variant's n_head that does not divide its width) says
+    train.py's one line; the others finish; the command ends in one line, exit 1, no tables
+    that would leave it out."""
     out = tmp_path / "cmp"
     assert compare.main(BASE + [f"--dataset={plays}", f"--out_dir={out}", "--seeds=1",
-                                "--noise_floor=0", "--modes=vanilla,vanilla:min_lr=1"]) == 1
+                                "--noise_floor=0", "--modes=vanilla,vanilla:n_head=3"]) == 1
     printed = capsys.readouterr().out.splitlines()
-    assert (f"    FAILED {out / 'vanilla-min_lr=1_seed1'} (exit 1): error: --min_lr=1.0: must be "
-            f"at most --learning_rate") in printed
-    assert printed[-1] == ("1 of 2 runs failed (vanilla-min_lr=1_seed1): fix it and run the same "
-                           "command again; finished runs are reused")
+    assert (f"    FAILED {out / 'vanilla-n_head=3_seed1'} (exit 1): error: n_embd (16) must be "
+            f"divisible by n_head (3)") in printed
+    assert printed[-1] == ("1 of 2 runs failed (vanilla-n_head=3_seed1): fix it and run the "
+                           "same command again; finished runs are reused")
     assert (out / "vanilla_seed1" / "summary.json").is_file()
     assert not (out / "results.md").exists() and not (out / "results.json").exists()
 

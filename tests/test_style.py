@@ -1,10 +1,13 @@
-"""The shape the project keeps: the lesson within nanoGPT's weight (line budgets, short functions
-of few parameters, train.py's loop flat at the top of train()), lines within 100 characters, a
-README whose first screen gives the commands, no import cycle, and the demo preset equal to the
-comparison preset in every setting they share."""
+"""The shape the project keeps: the lesson within nanoGPT's weight (its code tokens, string
+characters and long lines as ../shared/tools/lesson_weight.py counts them, line budgets, short
+functions of few parameters, train.py's loop flat at the top of train()), lines within 100
+characters, a README whose first screen gives the commands, no import cycle, and the demo preset
+equal to the comparison preset in every setting they share."""
 import ast
+import io
 import re
 import subprocess
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,10 @@ from configurator import read_preset
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ["model.py", "train.py", "sample.py", "prepare.py", "data.py", "configurator.py"]
-BUDGETS = {"model.py": 340, "train.py": 350}
+BUDGETS = {"model.py": 350, "train.py": 380}
+# Code tokens (Python's own: names, operators, numbers; no comments, strings or layout), a file's
+# and the lesson's; nanoGPT's counterparts hold 5,026.
+TOKENS = {"train.py": 2200, "data.py": 1500, "configurator.py": 600, "lesson": 8700}
 
 
 def tracked(pattern):
@@ -39,25 +45,55 @@ def test_no_line_is_over_100_characters(path):
 
 def test_the_lesson_is_within_its_budgets():
     counts = {name: len(lines(ROOT / name)) for name in LESSON}
-    assert sum(counts.values()) <= 1300, counts
+    assert sum(counts.values()) <= 1450, counts
     for name, most in BUDGETS.items():
         assert counts[name] <= most, f"{name}: {counts[name]} lines, at most {most}"
     code = [p for p in tracked("*.py") if not is_test(p)
             and not p.relative_to(ROOT).as_posix().startswith("config/")]
     non_test = sum(len(lines(p)) for p in code)
     tests = sum(len(lines(p)) for p in tracked("*.py") if is_test(p))
-    assert non_test <= 4400, f"non-test code: {non_test} lines, at most 4,400"
+    assert non_test <= 4600, f"non-test code: {non_test} lines, at most 4,600"
     assert tests <= non_test, f"tests: {tests} lines, more than the {non_test} of the code"
+
+
+def weigh(path):
+    """(code tokens, string characters, non-blank lines, of them over 85 characters), counted
+    as lesson_weight.py counts: the parts of an f-string (Python 3.12 splits it) are strings."""
+    code = strings = in_fstring = 0
+    start, end = (getattr(tokenize, f"FSTRING_{n}", "none") for n in ("START", "END"))
+    parts = {start, end, getattr(tokenize, "FSTRING_MIDDLE", "none"), tokenize.STRING}
+    layout = {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+              tokenize.ENDMARKER, tokenize.COMMENT}
+    text = path.read_text(encoding="utf-8")
+    for t in tokenize.generate_tokens(io.StringIO(text).readline):
+        in_fstring += (t.type == start) - (t.type == end)  # code inside an f-string is its text
+        if t.type in parts:
+            strings += len(t.string)
+        elif t.type not in layout and not in_fstring:
+            code += 1
+    non_blank = [line for line in text.splitlines() if line.strip()]
+    return code, strings, len(non_blank), sum(len(line) > 85 for line in non_blank)
+
+
+def test_the_lesson_reads_at_its_weight():
+    """Code tokens within TOKENS, string characters (messages, help, docstrings) within 16,000,
+    and in each file at most 15% of the lines over 85 characters (nanoGPT's: 11%)."""
+    weights = {name: weigh(ROOT / name) for name in LESSON}
+    for name, (code, _, non_blank, long) in weights.items():
+        assert code <= TOKENS.get(name, code), f"{name}: {code} code tokens"
+        assert long <= 0.15 * non_blank, f"{name}: {long} of {non_blank} lines over 85"
+    assert sum(w[0] for w in weights.values()) <= TOKENS["lesson"]
+    assert sum(w[1] for w in weights.values()) <= 16000
 
 
 @pytest.mark.parametrize("name", LESSON)
 def test_lesson_functions_are_short_and_take_few_parameters(name):
-    """At most 60 lines and 6 parameters (self aside) a function: a reader holds each in view."""
+    """At most 70 lines and 6 parameters (self aside) a function: a reader holds each in view."""
     for node in ast.walk(ast.parse((ROOT / name).read_text())):
         if isinstance(node, ast.FunctionDef):
             length = node.end_lineno - node.lineno + 1
             params = [a.arg for a in node.args.args + node.args.kwonlyargs if a.arg != "self"]
-            assert length <= 60, f"{name}: {node.name} is {length} lines"
+            assert length <= 70, f"{name}: {node.name} is {length} lines"
             assert len(params) <= 6, f"{name}: {node.name} takes {len(params)} parameters"
 
 
