@@ -14,16 +14,16 @@ the eager model: torch.compile applies to training only (the cache would recompi
 import json
 import os
 import time
+from functools import partial
 from types import SimpleNamespace
 
 import torch
 from torch.utils.benchmark import Measurement, Timer
 
 import data
-from lab.analysis import plural
 from configurator import ConfigError, parse_args, run_main
 from lab import cards
-from lab.analysis import LOGIT_TOLERANCE, cache_logit_error, sizes
+from lab.analysis import LOGIT_TOLERANCE, cache_logit_error, plural, sizes
 from lab.grid import parse_list
 from model import GPT, VALUE_MODES, GPTConfig, KVCache
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS, training_step
@@ -33,21 +33,18 @@ UNUSED = ("out_dir", "eval_interval", "log_interval", "eval_iters", "max_iters",
           "lr_decay_iters", "min_lr", "dropout", "value_mode") + ACTIONS
 BENCH_SETTINGS = dict(
     seq_len=(0, "tokens per sequence in the timed training step (0 = block_size)", 0),
-    vocab_size=(0, "the random tokens' vocabulary (0: 320 for a *_byte dataset, else 50,304)",
-                0),
+    vocab_size=(0, "the random tokens' vocabulary (0: 320 for a *_byte dataset, else 50,304)", 0),
     parts=("train,decode,cache", "what to measure: train, decode, cache"),
     modes=(",".join(VALUE_MODES), "value modes, side by side (model.py's VALUE_MODES)"),
     train_steps=(20, "timed training steps (the median is reported)", 1),
-    accumulation=(0, "micro-steps a timed step (0: gradient_accumulation_steps, at most 4)",
-                  0),
+    accumulation=(0, "micro-steps a timed step (0: gradient_accumulation_steps, at most 4)", 0),
     warmup_steps=(3, "untimed steps first (allocation, autotuning, compilation)", 0),
     contexts=("128,512,1024", "decoding contexts (and block_size; longer: skipped)"),
     decode_tokens=(32, "new tokens per decoding measurement", 1),
     decode_batch_sizes=("1,8", "batch sizes for decoding"),
     kv_heads=("", "n_kv_head variants for the cache table (empty: n_head, n_head/2, 1)"),
     json_out=("out/bench.json", "where the full results go (empty: nowhere)"),
-    threads=(0, "CPU threads for torch (0 = its default; 1 is steadier on a busy shared CPU)",
-             0),
+    threads=(0, "CPU threads for torch (0 = its default; 1 is steadier on a busy shared CPU)", 0),
     gpu_check=(False, "a GPU owner's first hour, checked (lab/gpu_check.py): 5 min on an H100"),
 )
 SETTINGS = {**{k: v for k, v in TRAIN_SETTINGS.items() if k not in ACTIONS}, **BENCH_SETTINGS}
@@ -135,10 +132,7 @@ def bench_train(cfg, device, dtype, autocast):
                                        (cfg["beta1"], cfg["beta2"]))
         amp = autocast, torch.amp.GradScaler(kind, enabled=dtype == "float16")
         model = torch.compile(raw) if cfg["compile"] else raw
-
-        def step(model=model, opt=opt, amp=amp):
-            training_step(model, opt, batches, micro_steps, cfg["grad_clip"], amp)
-
+        step = partial(training_step, model, opt, batches, micro_steps, cfg["grad_clip"], amp)
         for _ in range(cfg["warmup_steps"]):  # first calls allocate, autotune, compile: not timed
             step()
         synchronize(device)

@@ -36,10 +36,9 @@ import numpy as np
 import torch
 
 import data
-from lab.analysis import plural
 from configurator import ConfigError, parse_args, run_main
 from lab import plots, tables
-from lab.analysis import FLOOR, bands, bracketed
+from lab.analysis import FLOOR, bands, bracketed, plural
 from lab.grid import (best_lrs, build_grid, calibrated, calibration_folders, own_lrs, parse_list,
                       parse_modes, parse_seeds, per_mode, search_lrs, tune_plan, tuned_grid,
                       with_floor)
@@ -127,8 +126,7 @@ def main(argv):
             return stopped(root) if interrupted else failures(failed)
         best = best_lrs(search)
         print("best peak learning rates: " + ", ".join(f"{n} {lr:g}" for n, lr in best.items()) +
-              "\n  for a preset: lrs = \"" + ",".join(f"{n}={lr:g}" for n, lr in best.items())
-              + '"')
+              '\n  for a preset: lrs = "' + ",".join(f"{n}={lr:g}" for n, lr in best.items()) + '"')
         for name, by_lr in search.items():  # stopped at its cap: the best may lie beyond it
             if not bracketed({lr: np.mean(v) for lr, v in by_lr.items()}):
                 print(f"WARNING: {name}'s best, {best[name]:g}, is the edge of the grid searched "

@@ -53,8 +53,7 @@ def get_tokenizer(name):
 
 def padded_vocab(meta):
     # The model's vocabulary for a dataset: its tokenizer's, padded to a multiple of
-    # 64 for faster matmuls (GPT-2's 50,257 to 50,304). No target is ever a padding
-    # id.
+    # 64 for faster matmuls (GPT-2's 50,257 to 50,304); no target is a padding id.
     return math.ceil(meta["vocab_size"] / 64) * 64
 
 
@@ -148,8 +147,7 @@ def setup_device(device="auto", dtype="auto"):
     if device not in here:
         raise ConfigError(f"--device={device}: not here; use auto or {', '.join(here)}")
     kind = device.split(":")[0]
-    # is_bf16_supported() alone says yes also where bfloat16 is only emulated (T4,
-    # V100).
+    # is_bf16_supported() alone also says yes where bfloat16 is emulated (T4, V100).
     bf16 = kind == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
     if dtype == "auto":
         dtype = "bfloat16" if bf16 else "float16" if kind == "cuda" else "float32"

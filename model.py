@@ -267,8 +267,7 @@ class GPT(nn.Module):
         """The last layer's output, normalised (B, T, n_embd): lm_head's input."""
         T = idx.size(1)
         start = kv_cache.length if kv_cache is not None else 0
-        # SDPA's causal mask needs the queries and the keys to start at the same
-        # place.
+        # SDPA's causal mask needs the queries and the keys to start together.
         assert start == 0 or T == 1, "KVCache: only the first step may feed several tokens"
         assert start + T <= self.config.block_size, f"{start + T} tokens > block_size"
         pos = torch.arange(start, start + T, dtype=torch.long, device=idx.device)

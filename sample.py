@@ -53,9 +53,8 @@ def sample(cfg):
         texts.append(tokenizer.decode(y[0].tolist()))
         print(texts[-1] + "\n---------------", flush=True)
 
-    # The speed, and the cache's size against a vanilla cache's, which holds a key
-    # tensor and a value tensor per layer. SVFormer's holds one value tensor for all
-    # its layers.
+    # The speed, and the cache's size against a vanilla cache's, which holds a key and
+    # a value tensor per layer; SVFormer's holds one value tensor for all its layers.
     seconds, n = time.perf_counter() - t0, len(texts) * cfg.max_new_tokens
     cache = model.new_kv_cache(1, dtype=getattr(torch, dtype))  # what generate fills
     vanilla = 2 * model.config.n_layer * cache.keys[0].nbytes

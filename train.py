@@ -66,13 +66,11 @@ for f in fields(GPTConfig):
     if f.name != "vocab_size":  # which the dataset decides
         SETTINGS.setdefault(f.name, (f.default, "a field of GPTConfig"))
 ACTIONS = ("resume", "overwrite")  # what to do with out_dir: not saved with the run
-# What a resume may change: the model, the data and the batches do not depend on
-# them.
+# What a resume may change: nothing the model, the data or the batches depend on.
 RESUMABLE = ("out_dir", "max_iters", "eval_interval", "log_interval", "eval_iters",
              "lr_decay_iters", "device", "dtype", "compile")
 USAGE = "python train.py [config/preset.py ...] [--key=value ...]"
-# Under torchrun every process runs this file: RANK says which one (rank 0 writes
-# files).
+# Under torchrun every process runs this file; RANK says which (rank 0 writes files).
 RANK = int(os.environ.get("RANK", 0))
 WORLD = int(os.environ.get("WORLD_SIZE", 1))
 EVAL_SEED = 1234  # the loss estimates draw the same windows every time, in every run
@@ -80,8 +78,7 @@ EVAL_SEED = 1234  # the loss estimates draw the same windows every time, in ever
 
 def get_lr(it, cfg):
     # nanoGPT's schedule: a linear warmup, then a cosine down to min_lr at
-    # lr_decay_iters. A run too short for its warmup warms up for a tenth of its
-    # steps.
+    # lr_decay_iters. A run too short for its warmup warms up for a tenth of it.
     end = cfg.lr_decay_iters or cfg.max_iters
     warmup = cfg.warmup_iters if cfg.warmup_iters < end else end // 10
     if it < warmup:

@@ -201,15 +201,14 @@ def vanilla_curve(results):
     # near vanilla's loss inherits that miss, so a reading compares with this one, not with 0.
     own = larger(sizes["vanilla"], every, (a, b)) if "vanilla" in sizes else None
     means = losses.mean(axis=1)
-    by_size = means[np.argsort(params)]
-    r2 = 1 - np.sum((means - (a + b * params)) ** 2) / max(np.sum((means - means.mean()) ** 2),
-                                                              1e-30)
+    off = means - (a + b * params)  # each size's mean off the line
+    r2 = 1 - np.sum(off ** 2) / max(np.sum((means - means.mean()) ** 2), 1e-30)
     return {"sizes": {n: r["num_params"] for n, r in sizes.items()}, "seeds": seeds,
-            "line": [float(a), float(b)], "residual": float(np.std(means - (a + b * params))),
+            "line": [float(a), float(b)], "residual": float(np.std(off)),
             "points": {n: float(m) for n, m in zip(sizes, means)}, "r2": float(r2),
             # a line read off where the points do not lie on one tells nothing: say so instead
-            "poor": bool(r2 < 0.9 or np.any(np.diff(by_size) >= 0)), "placed": placed,
-            "floor": floor, "floor_factor": floor_factor, "vanilla_reading": own,
+            "poor": bool(r2 < 0.9 or np.any(np.diff(means[np.argsort(params)]) >= 0)),
+            "placed": placed, "floor": floor, "floor_factor": floor_factor, "vanilla_reading": own,
             "slope_interval": sorted(line[1] for line in lines)[50::1899][:2] or None}
 
 
@@ -246,10 +245,8 @@ def next_lr(mean_loss, lowest, highest):
     for j in (i - 1, i + 1):
         if max(lrs[i], lrs[j]) / min(lrs[i], lrs[j]) > FINEST_LR_STEP * 1.01:
             return round_lr(math.sqrt(lrs[i] * lrs[j]))
-    if lrs[-1] < 2 * lrs[i] * 0.99 and math.isfinite(mean_loss[lrs[-1]]) \
-            and above <= highest * 1.001:
-        return round_lr(above)
-    return None
+    short = lrs[-1] < 2 * lrs[i] * 0.99 and math.isfinite(mean_loss[lrs[-1]])  # short of 2x
+    return round_lr(above) if short and above <= highest * 1.001 else None
 
 
 def bracketed(mean_loss):
@@ -279,8 +276,7 @@ def lr_range(mean_loss, within=0.02):
 # ---- what a variant costs: parameters, FLOPs, the KV cache ----
 
 def sizes(model, seq_len):
-    """Total parameters (as GPT.num_params), those one token uses (a lookup table counts one
-    row), training FLOPs per token and the KV cache's bytes per token (a real one-token KVCache)."""
+    """Parameters, those a token uses (a table counts one row), FLOPs and KV cache bytes a token."""
     tables = [m for name, m in model.named_modules() if isinstance(m, torch.nn.Embedding)
               and name not in ("transformer.wte", "transformer.wpe")]
     total = model.num_params()
@@ -366,9 +362,8 @@ LOGIT_TOLERANCE = 1e-4
 @torch.no_grad()
 def decoded_logits(model, seq, prompt_len, use_cache, dtype=torch.float32):
     """The logits generate() computes along seq, teacher-forced: the next token's after prompt_len
-    tokens, then after each one more. With the cache: a prefill, then one token a step, refilled
-    from the last block_size tokens once full; without: a forward over the last block_size tokens
-    each step. Under autocast to dtype; float32 exact (TF32 off)."""
+    tokens, then after each one more, with the cache (refilled once full) or without. Under autocast
+    to dtype; float32 exact (TF32 off)."""
     T, steps = model.config.block_size, []
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False

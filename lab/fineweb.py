@@ -2,10 +2,9 @@
 speedrun (modded-nanogpt) publishes it in llm.c's format, fetched as its own script does, through
 huggingface_hub (pip install huggingface_hub: resumable, each file's size checked, a progress bar),
 into data/fineweb_edu_gpt2/: the val shard, and the train shards (100M tokens, 200 MB each, 99 at
-most) a preset's run reads. A shard is kept only whole; the same command fetches one that is not.
-Beside that folder, a dataset per count of train shards (data/fineweb_edu_gpt2_1shard/) names
-exactly those: a run draws its batches from every shard its dataset names, so a preset names the
-dataset of its count and reads the same tokens whatever else was downloaded."""
+most) a preset's run reads. Beside that folder, a dataset per count of train shards names exactly
+those (data/fineweb_edu_gpt2_1shard/): a run draws batches from every shard its dataset names, so a
+preset names the dataset of its count and reads the same tokens whatever else was downloaded."""
 import json
 import math
 import os
@@ -25,11 +24,9 @@ VAL = "finewebedu_val_000000.bin"
 # meta.json names, so lab.evaluate's pass scores what the speedrun scores, in a tenth of the time.
 VAL_TOKENS = 10 * 2**20
 SHARD_TOKENS, SHARDS = 100_000_000, 99
-SETTINGS = dict(
-    train_shards=(0, "train shards of 100M tokens (0: those the preset's run reads; without a "
-                     "preset, 1)", 0, SHARDS),
-    out_dir=(os.path.join(data.DATA_ROOT, "fineweb_edu_gpt2"), "where the shards go"),
-)
+SETTINGS = {"train_shards": (0, "train shards of 100M tokens (0: those the preset's run reads; "
+                                "without a preset, 1)", 0, SHARDS),
+            "out_dir": (os.path.join(data.DATA_ROOT, "fineweb_edu_gpt2"), "where the shards go")}
 
 
 def shards_needed(preset):
@@ -49,8 +46,7 @@ def whole(path):
 
 
 def fetch(name, out_dir):
-    """One file of the hub into out_dir, kept only whole: a part is kept by the hub, and the
-    same command goes on from it."""
+    """One file of the hub into out_dir, whole: the same command resumes a part the hub kept."""
     try:
         from huggingface_hub import hf_hub_download
     except ImportError:

@@ -20,10 +20,9 @@ import torch
 
 import data
 import train
-from lab.analysis import plural
 from configurator import parse_args, read_preset
 from lab import cards
-from lab.analysis import LOGIT_TOLERANCE, cache_logit_error, decoded_logits
+from lab.analysis import LOGIT_TOLERANCE, cache_logit_error, decoded_logits, plural
 from lab.memory import fit, measured_peak
 from lab.runs import ROOT, read_log
 from model import GPT, VALUE_MODES, GPTConfig, KVCache
@@ -68,8 +67,7 @@ def mfu_said(mfu):
 
 
 def memory_rows(device, dtype, shape):
-    """Eager steps of config/gpt2_124m.py at the batch lab.memory picks for this card: the peak
-    (weights and AdamW's moments, and the most a step adds) against the estimate; their MFU."""
+    """Eager steps of config/gpt2_124m.py at lab.memory's batch: peak memory, the estimate, MFU."""
     cfg = parse_args(train.SETTINGS, [os.path.join(ROOT, "config", "gpt2_124m.py")] + [
         f"--{k}={v}" for k, v in shape.items()], "")
     cuda, rows, T = device.startswith("cuda"), [], cfg.block_size
@@ -122,8 +120,7 @@ def unit_attention(model):
 
 
 def cache_rows(device, dtype, shape):
-    """Cached against uncached logits in every value mode (and SVFormer with half the key/value
-    heads) of config/gpu_class.py's model, 8 tokens up to block_size and 8 past; cache bytes."""
+    """Cached against uncached logits in each mode, 8 tokens to block_size, 8 past; cache bytes."""
     config = {**read_preset(os.path.join(ROOT, "config", "gpu_class.py")), **shape,
               "vocab_size": data.padded_vocab({"vocab_size": VOCAB}), "dropout": 0.0}
     T, L, low = config["block_size"], config["n_layer"], getattr(torch, dtype)
@@ -239,8 +236,7 @@ def gpu_check(device="cuda", dtype="auto", shape=None, steps=20, tokens=4_000_00
     rows, t_start = [], time.time()
     for part in parts.values():
         t0 = time.time()
-        found = part()
-        rows += [(*row, f"{time.time() - t0:.0f}" if i == 0 else "") for i, row in enumerate(found)]
+        rows += [(*row, f"{time.time() - t0:.0f}" if not i else "") for i, row in enumerate(part())]
     return report(device, rows, time.time() - t_start)
 
 

@@ -1,6 +1,7 @@
 """compare.py's grid: the variants and seeds asked for (their grammar), the runs they make, the
 noise floor's runs, the learning-rate search (--tune), each variant's numbers over its seeds
 (per_mode), and what a calibration folder says of the same setting on other seeds."""
+import itertools
 import json
 import os
 import re
@@ -139,13 +140,10 @@ def search_lrs(cfg, modes, root, jobs, today):
     Returns ({name: {lr: [final loss per search seed]}}, interrupted, failed)."""
     start, lowest, highest, seeds = tune_plan(cfg)
     lrs = {name: list(start) for name, _ in modes}
-    round_no = 0
-    while True:
-        round_no += 1
-        search = {name: [(name, {**overrides, **lr_settings(cfg, lr)}) for lr in lrs[name]]
-                  for name, overrides in modes}
-        grid = at_lr(build_grid(cfg, [m for ms in search.values() for m in ms], seeds,
-                                [("", {})], root), root, "lr_search")
+    for round_no in itertools.count(1):
+        search = [(name, {**overrides, **lr_settings(cfg, lr)})
+                  for name, overrides in modes for lr in lrs[name]]
+        grid = at_lr(build_grid(cfg, search, seeds, [("", {})], root), root, "lr_search")
         grid = [((name, seed, run["learning_rate"]), run) for (name, seed, _), run in grid]
         todo = sum(1 for _, run in grid if not finished(run, run["out_dir"]))
         print(f"lr search, round {round_no}: {len(grid)} runs ({todo} to train) on seeds "
@@ -236,23 +234,21 @@ def per_mode(summaries, names, seeds, point, escape_loss=0.0, gap_steps=()):
         if all(mixing):  # each learned mixing weight at the end, the mean over seeds
             r["mixing"] = {k: np.mean([m[k] for m in mixing], axis=0).tolist() for k in mixing[0]}
         results[name] = r
-    if "vanilla" in results:
-        base = results["vanilla"]
-        for name, r in results.items():
-            pairs = [(s, r["val_loss"][i] - base["val_loss"][base["seeds"].index(s)])
-                     for i, s in enumerate(r["seeds"]) if name != "vanilla" and s in base["seeds"]]
-            if pairs:
-                r["paired"] = paired_stats([d for _, d in pairs])
-                # The in-run crossing: where this curve first reaches vanilla's final loss.
-                r["crossing_tokens"] = [crossing(r["tokens"], r["curves"][i],
-                                                 base["curves"][base["seeds"].index(s)][-1])
-                                        for i, s in enumerate(r["seeds"]) if s in base["seeds"]]
-            at = [st for st in gap_steps if st in r["steps"] and st in base["steps"]]
-            if pairs and at:  # the gap along the run, inside the same runs
-                r["gap"] = {st: paired_stats(
-                    [r["curves"][i][r["steps"].index(st)]
-                     - base["curves"][base["seeds"].index(s)][base["steps"].index(st)]
-                     for i, s in enumerate(r["seeds"]) if s in base["seeds"]]) for st in at}
+    base = results.get("vanilla")
+    for name, r in results.items() if base else []:
+        # (i, j): a seed's place in this variant's lists and in vanilla's
+        pairs = [(i, base["seeds"].index(s)) for i, s in enumerate(r["seeds"])
+                 if name != "vanilla" and s in base["seeds"]]
+        if pairs:
+            r["paired"] = paired_stats([r["val_loss"][i] - base["val_loss"][j] for i, j in pairs])
+            # The in-run crossing: where this curve first reaches vanilla's final loss.
+            r["crossing_tokens"] = [crossing(r["tokens"], r["curves"][i], base["curves"][j][-1])
+                                    for i, j in pairs]
+        at = [st for st in gap_steps if st in r["steps"] and st in base["steps"]]
+        if pairs and at:  # the gap along the run, inside the same runs
+            r["gap"] = {st: paired_stats([r["curves"][i][r["steps"].index(st)]
+                                          - base["curves"][j][base["steps"].index(st)]
+                                          for i, j in pairs]) for st in at}
     return results
 
 
@@ -270,13 +266,11 @@ def calibration_folders(cfg):
 
 
 def calibrated(cfg, modes, seeds, today):
-    """What --calibration's folders say of this setting on other seeds: per variant finished there
-    with these settings by today's code, its per-seed differences to vanilla at the end and along
-    the run, and the machines; one without such runs gets none (said)."""
+    """What --calibration's folders say of this setting on other seeds: per variant today's code
+    finished there, its per-seed differences to vanilla, at the end and along the run; machines."""
     runs, unused, other, commands = {}, {}, [], []
     for folder in calibration_folders(cfg):
-        with open(os.path.join(folder, "results.json")) as f:
-            info = json.load(f)["info"]
+        info = json.load(open(os.path.join(folder, "results.json")))["info"]
         theirs = [s for s in info["seeds"] if s not in seeds and s not in other]
         other, commands = other + theirs, commands + [info.get("command")]
         for (name, seed, _), run in build_grid(cfg, modes, theirs, [("", {})], folder):
@@ -312,7 +306,6 @@ def calibrated(cfg, modes, seeds, today):
             "steps": [e["iter"] for e in base[0]["evals"]],
             "curves": [[e["val_loss"] - v["val_loss"] for e, v in zip(m["evals"], b["evals"])]
                        for m, b in zip(mine, base)],
-            "escape": [(escape(m["evals"], cfg["escape_loss"]), escape(b["evals"],
-                                                                         cfg["escape_loss"]))
+            "escape": [tuple(escape(x["evals"], cfg["escape_loss"]) for x in (m, b))
                        for m, b in zip(mine, base)] if cfg["escape_loss"] else None}
     return out

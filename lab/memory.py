@@ -1,10 +1,9 @@
 """python -m lab.memory [preset.py ...] [--key=value ...] [--gpu_memory=GB]: for a preset's
-variants on this GPU (or a card of GB gigabytes; without one, the four cards our users meet), the
-batch_size x gradient_accumulation_steps that keeps the preset's tokens a step and fits, with the
-peak memory of a training step and of lab.evaluate's pass. Estimates, from what a forward keeps
-for the backward on this CPU at a short length (bfloat16's bytes are float16's, as a T4 keeps);
-bench.py --gpu_check measures them on a GPU, tests/test_gpu_path.py on a CPU. A resume keeps its
-batch: resume on the run's own card."""
+variants on this GPU (or a card of GB gigabytes; without one, four common cards), the batch_size x
+gradient_accumulation_steps that keeps the preset's tokens a step and fits, with the peak memory
+of a training step and of lab.evaluate's pass. Estimates, from what a forward keeps for the
+backward on this CPU at a short length (bfloat16's bytes are float16's, as a T4 keeps), checked
+by bench.py --gpu_check on a GPU. A resume keeps its batch: resume on the run's own card."""
 import itertools
 import sys
 
@@ -58,8 +57,7 @@ def step_peak(model, block_size, dtype="bfloat16"):
 
 
 def measured_peak(step, device):
-    """The most bytes that tensors held during step() beyond those held before: CUDA's count, or
-    on a CPU the running sum of every allocation and free that torch.profiler records."""
+    """Peak bytes tensors held in step() beyond those before: CUDA's count, or torch.profiler's."""
     if device.startswith("cuda"):  # (counted as the allocations are queued: no need to wait)
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
@@ -73,14 +71,6 @@ def measured_peak(step, device):
     return max(itertools.accumulate((nbytes for _, nbytes in events), initial=0))
 
 
-def eval_bytes(model, batch_size, block_size):
-    """The whole-split pass (lab.evaluate): the weights and their 16-bit copies, the batch's
-    hidden states and one layer's activations, and one chunk of logits with its float copies."""
-    c, tokens = model.config, batch_size * block_size
-    return (6 * sum(p.numel() for p in model.parameters()) + tokens * c.n_embd * 4 * 6
-            + 10 * LOGITS_AT_ONCE)
-
-
 def fit(model, cfg, free):
     """(batch_size, micro-steps, training bytes, evaluation bytes): the preset's batch halved, its
     micro-steps doubled, until a step fits HEADROOM of free bytes; None where none fits."""
@@ -89,8 +79,11 @@ def fit(model, cfg, free):
     while peak(batch * cfg.block_size) > HEADROOM * free and batch % 2 == 0:
         batch, accum = batch // 2, accum * 2
     need = peak(batch * cfg.block_size)
-    return None if need > HEADROOM * free else (
-        batch, accum, need, eval_bytes(model, batch, cfg.block_size))
+    # the whole-split pass (lab.evaluate): the weights and their 16-bit copies, the batch's hidden
+    # states and one layer's activations, and one chunk of logits with its float copies
+    evaluation = (6 * sum(p.numel() for p in model.parameters())
+                  + batch * cfg.block_size * model.config.n_embd * 4 * 6 + 10 * LOGITS_AT_ONCE)
+    return None if need > HEADROOM * free else (batch, accum, need, evaluation)
 
 
 def main(argv):

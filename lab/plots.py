@@ -6,12 +6,9 @@ import textwrap
 
 import numpy as np
 
-from .analysis import plural
-
+from .analysis import FLOOR, bracketed, escape, is_vanilla_size, noise_floor, vanilla_curve
 from .runs import read_log
 from .tables import label, mixing_by_layer
-
-from .analysis import FLOOR, bracketed, escape, is_vanilla_size, noise_floor, vanilla_curve
 
 # sizes that stay readable on a projector: text >= 11 points, curves >= 2 points wide
 TEXT, SMALL, LINE = 13, 11, 2.0
@@ -32,8 +29,7 @@ def pyplot():
 
 
 def save(plt, fig, path):
-    """Grid, readable text sizes, each axes' legend right of it (a legend never covers a line),
-    its entries wrapped to 34 characters, the figure widened by the widest legend."""
+    """Grid, readable sizes, legends right of the axes (never over a line), the figure widened."""
     widest = 0.0
     for ax in fig.axes:
         ax.grid(alpha=0.3)
@@ -41,7 +37,6 @@ def save(plt, fig, path):
         for text in (ax.xaxis.label, ax.yaxis.label):
             text.set_fontsize(max(text.get_fontsize(), SMALL))
         ax.title.set_fontsize(max(ax.title.get_fontsize(), TEXT))
-    for ax in fig.axes:
         handles, labels = ax.get_legend_handles_labels()
         if handles:
             legend = ax.legend(handles, [textwrap.fill(text, 34) for text in labels],
@@ -65,8 +60,7 @@ def token_units(x, _=None):
 
 
 def write_all(root, results, search=None, escape_loss=0.0, unit="token"):
-    """Every picture compare.py makes; returns the paths written. unit: the loss is nats per
-    "byte" or per "token". The noise floor's runs are the difference panels' grey band."""
+    """Every picture compare.py makes: their paths. unit: the loss is nats per "byte" or "token"."""
     plt = pyplot()  # (compare said so at its start)
     if plt is None:
         return []
@@ -142,14 +136,6 @@ def seed_gaps(r, base):
     return (np.array(r["steps"][:n]), np.array(gaps)) if gaps else None
 
 
-def floor_band(results):
-    """(steps, half-width) of the noise floor: the largest |nudged - vanilla| at each step."""
-    if FLOOR not in results or "vanilla" not in results:
-        return None
-    gaps = seed_gaps(results[FLOOR], results["vanilla"])
-    return (gaps[0], np.abs(gaps[1]).max(0)) if gaps else None
-
-
 def seeds_said(results):
     """What the top panel's lines and bands are over: a band only where 2+ seeds make one."""
     counts = {len(r["seeds"]) for r in results.values()}
@@ -160,9 +146,8 @@ def seeds_said(results):
 
 
 def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
-    """Val loss against steps (mean over seeds, min-max band with 2+ seeds; a triangle where a
-    variant left the early plateau) and, with vanilla, one panel a variant below it (vanilla's
-    other sizes aside): its difference to vanilla along the run, on one y-axis for all."""
+    """Val loss along the run (curves_panel) and, with vanilla, a panel a variant below it
+    (vanilla's other sizes aside): its difference to vanilla along the run, one y-axis for all."""
     base = results.get("vanilla")
     variants = {n: r for n, r in results.items() if n != FLOOR} or results  # (the floor alone)
     compared = {n: gaps for n, r in variants.items() if base and n != "vanilla"
@@ -177,7 +162,8 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
     xlabel = f"step ({per_step:,} tokens each)" if per_step else "step"
     top.set_xlabel("" if compared else xlabel)
     panels, held, off = [], [], []
-    band = floor_band(results)
+    floor = FLOOR in results and base and seed_gaps(results[FLOOR], base)
+    band = (floor[0], np.abs(floor[1]).max(0)) if floor else None  # the largest |nudged - vanilla|
     for i, (name, gaps) in enumerate(compared.items()):
         ax = fig.add_subplot(spec[1 + i // cols, i % cols], sharey=panels[0] if panels else None)
         panels.append(ax)
@@ -193,8 +179,7 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
 
 
 def curves_panel(ax, variants, escape_loss, unit):
-    """The top panel: val loss along the run, a triangle where each variant left the plateau;
-    returns each variant's colour."""
+    """The top panel: each variant's val loss, a triangle where it left the plateau; its colour."""
     shown, colors = [], {}
     for name, r in variants.items():
         steps, curves = np.array(r["steps"]), np.array(r["curves"])
@@ -230,11 +215,10 @@ def curves_panel(ax, variants, escape_loss, unit):
 
 
 def gap_panel(ax, name, r, paired, band, color, off):
-    """A variant minus vanilla on the same seed along the run: bold the mean (or the one seed),
-    thin each seed, shaded where the calibration's other seeds fell, grey rounding alone.
-    Returns the values the shared y-axis holds: the lines and the grey band past the first two
-    evaluations, and the shaded range's edges only up to 1.5 times the farthest of those (a seed
-    where vanilla stalled would squash the rest to a flat line); a cut edge goes into off."""
+    """A variant minus vanilla along the run: the mean bold, each seed thin, the calibration's other
+    seeds shaded, rounding alone grey. Returns what the shared y-axis holds: the lines and grey band
+    past the first two evaluations, and the shaded range's edges clipped at 1.5 times the farthest
+    of those (a seed where vanilla stalled would squash the rest flat); a cut edge goes into off."""
     steps, per_seed = paired
     keep = steps > 0
     x, past = steps[keep], slice(2 if keep.sum() > 4 else 0, None)
@@ -264,8 +248,7 @@ def gap_panel(ax, name, r, paired, band, color, off):
 
 
 def gap_legend(ax, results, compared, band, off):
-    """What the difference panels draw, in plain words, beside the last panel of their first
-    row: one legend for all of them, rounding alone given with its size at the end."""
+    """One plain-words legend for the difference panels, beside the last one of their first row."""
     n = max(len(gaps[1]) for gaps in compared.values())
     finished = any(results[name].get("paired") for name in compared)  # (live: no final numbers)
     ax.plot([], [], lw=2.5, color="0.3", label=(
@@ -296,8 +279,7 @@ def live_loss(root, grid, escape_loss=0.0, unit="token", calibration=None):
     for (name, seed, point), cfg in grid:
         if point:  # --tune's paper protocol: the final picture has the variants' own lrs only
             continue
-        log = read_log(cfg["out_dir"])
-        evals = [r for r in log if r["kind"] == "eval"]
+        evals = [r for r in read_log(cfg["out_dir"]) if r["kind"] == "eval"]
         if len(evals) >= 2:
             runs.setdefault(name, []).append((seed, evals))
             per_step = per_step or evals[-1]["tokens"] // evals[-1]["iter"]
@@ -348,9 +330,8 @@ def lr_figure(plt, root, search, unit="token"):
 
 
 def curve_figure(plt, root, results, unit="token"):
-    """The paper's measure: vanilla's final loss at each size (dots: seeds), the line through
-    them, each variant with an arrow along it to the vanilla size that matches it; where the
-    sizes do not lie on one line, their means joined and no arrow."""
+    """The paper's measure: vanilla's final loss at each size (dots: seeds), the line through them,
+    an arrow from each variant to the vanilla size it matches; off one line, their means joined."""
     curve = vanilla_curve(results)
     (a, b), sizes = curve["line"], curve["sizes"]
     fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -22,8 +22,7 @@ def real_words(data_dir, tokenizer, text, most=10_000_000):
     found = words(text)
     why = (f"the training text ({data_dir}) is not here" if now is False else
            f"{data_dir} now holds {now} tokens, not the model's {tokenizer.name} tokens"
-           if now != tokenizer.name else "no word (letters a-z) was sampled" if not found
-           else None)
+           if now != tokenizer.name else "no word (letters a-z) was sampled" if not found else None)
     if why:
         return None, why
     known, left = set(), most

@@ -18,12 +18,11 @@ import numpy as np
 import torch
 
 import data
-from .analysis import plural
 from configurator import ConfigError
 from model import GPT
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
 
-from .analysis import analyse, sizes
+from .analysis import analyse, plural, sizes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_PY = os.path.join(ROOT, "train.py")
@@ -31,19 +30,16 @@ SUMMARY_FORMAT = "value-residual-gpt/2"  # summary.json's; the committed records
 # what a run may set beyond train.py's settings: lab.nudged's coin seed (the noise floor)
 LAB_SETTINGS = dict(nudge=(0, "nonzero: train through lab.nudged, each initial weight one "
                               "float32 step up or down (the noise floor)", 0))
-# The code of a run: the modules a run executes (train.py, or lab.nudged for the noise floor,
-# then lab.evaluate), and every module of the project they import, however deep: a package a
-# student adds counts. What only reads logs (this module and the tables) does not.
+# The code of a run: the modules it executes (train.py or, for the noise floor, lab.nudged; then
+# lab.evaluate) and the project's modules they import. What only reads logs (this module) is not.
 RUN_MODULES = ("train", "lab.nudged", "lab.evaluate")
 # How a slot starts a process (args, stdout=file, stderr=..., env=...): tests run them in-process.
 launch = subprocess.Popen
 
 
 def code_version(root=ROOT):
-    """A fingerprint of the code that trains and scores a run: the syntax trees of its files
-    without their docstrings. So a comment, a docstring or a reformatting changes nothing, and
-    any other edit, anywhere in them (the model, the schedule, the loop, the optimizer's groups,
-    the evaluation, a name, a number), changes it: no run of other code is ever taken as today's."""
+    """A fingerprint of the code that trains and scores a run: its files' syntax trees, docstrings
+    aside, so a comment or reformatting changes nothing; no run of other code passes as today's."""
     digest = hashlib.sha256()
     for path in run_files(root):
         tree = ast.parse(open(path, encoding="utf-8").read())
@@ -68,8 +64,7 @@ def run_files(root=ROOT):
 
 
 def imported(path, package):
-    """The modules a file imports, by name (`from .x import y` resolved in its package; y too,
-    as it may be a module)."""
+    """The modules a file imports (`from .x import y`: x in its package, and y, maybe a module)."""
     names = []
     for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
         if isinstance(node, ast.Import):
@@ -82,9 +77,8 @@ def imported(path, package):
 
 
 def canonical(node):
-    """A syntax tree as text, the same on every Python version that parses it: each node's type
-    and its fields, but docstrings, and fields that are empty (so a field a newer Python adds to
-    a node, empty by default, changes nothing)."""
+    """A syntax tree as text, the same on every Python that parses it: each node's type and fields,
+    but docstrings and empty fields (one a newer Python adds, empty by default, changes nothing)."""
     if isinstance(node, list):
         return "[" + ", ".join(canonical(item) for item in node) + "]"
     if not isinstance(node, ast.AST):
@@ -101,8 +95,7 @@ def canonical(node):
 
 def heldout_windows(cfg, n):
     """The same n windows of block_size tokens, evenly spaced over the val shard, for every mode."""
-    data_dir = data.dataset_dir(cfg["dataset"])
-    tokens = data.read_shard(data.list_shards(data_dir, "val")[0])
+    tokens = data.read_shard(data.list_shards(data.dataset_dir(cfg["dataset"]), "val")[0])
     T = cfg["block_size"]
     starts = np.linspace(0, len(tokens) - T, num=n).astype(np.int64)
     return torch.stack([data.window(tokens, s, T - 1) for s in starts])
@@ -128,8 +121,7 @@ def last_step(run_dir):
 
 
 def progress(running, t_start):
-    """' (1.5 min so far; vanilla_seed1 at step 120 of 250, val loss 2.697; svformer_seed1
-    evaluating on the whole validation split)': what each running run is doing now."""
+    """' (1.5 min so far; vanilla_seed1 at step 120 of 250, val loss 2.697)': what each run does."""
     said = []
     for _, cfg, _, _, rest in running:
         name, (step, loss) = os.path.basename(cfg["out_dir"]), last_step(cfg["out_dir"])
@@ -166,8 +158,7 @@ def finished(cfg, run_dir, threads=None):
     if not os.path.isfile(path):
         return None
     try:
-        with open(path) as f:
-            summary = json.load(f)
+        summary = json.load(open(path))
     except ValueError as e:  # cut short (a full disk, a bad merge): say which, lose nothing
         raise data.DataError(f"{path} is not whole JSON ({e}): restore it (git checkout -- "
                              f"{path}), or delete {run_dir} to train that run again") from None
@@ -212,9 +203,8 @@ def by_other_code(run_dir, today, force=False):
 
 def keep_todays(run_dir, today, force=False):
     """Leaves in run_dir the run of today's code, if there is one: a run of other code there is
-    kept as run_dir.other-code-N (the first N free), and a run of today's code kept so before
-    (the edit that set it aside since undone) comes back in its place. Said on stderr, as
-    --plan's stdout is its commands."""
+    kept as run_dir.other-code-N (the first N free), and one of today's code kept so before (the
+    edit since undone) comes back. Said on stderr, as --plan's stdout is its commands."""
     why = os.path.isdir(run_dir) and by_other_code(run_dir, today, force)
     if why:
         n = 1
@@ -234,8 +224,7 @@ def keep_todays(run_dir, today, force=False):
 
 
 def plan_line(cfg, threads, today):
-    """An unfinished run as a shell command from the project's folder (--plan); None if done. A
-    run of other code is set aside first, as run_grid would."""
+    """An unfinished run as a shell command from the project's folder (--plan); None if done."""
     keep_todays(cfg["out_dir"], today)
     if finished(cfg, cfg["out_dir"], threads) or trained_elsewhere(cfg, cfg["out_dir"]):
         return None
@@ -250,12 +239,10 @@ def plan_line(cfg, threads, today):
 
 
 def trained_elsewhere(cfg, run_dir):
-    """Whether a --plan command finished this run (its log final at max_iters, its checkpoint)."""
-    ckpt_path = os.path.join(run_dir, "ckpt.pt")
+    """Whether a --plan command finished this run: its log final at max_iters, and its checkpoint
+    one of these settings (command's check, as for a resume)."""
     final = [r for r in read_log(run_dir) if r["kind"] == "final"]
-    return (bool(final) and final[-1]["iter"] == cfg["max_iters"] and os.path.isfile(ckpt_path)
-            and same_run({k: v for k, v in cfg.items() if k != "nudge"}, run_dir, torch.load(
-                ckpt_path, mmap=True, weights_only=True)["config"]))
+    return bool(final) and final[-1]["iter"] == cfg["max_iters"] and command(cfg, run_dir)[1]
 
 
 def hardware(device, gpus=1):
@@ -347,13 +334,6 @@ def why_failed(out_path, start=0):
             else ", with no output")
 
 
-def gpu_ids(count):
-    """The GPUs compare.py spreads its runs over, as CUDA_VISIBLE_DEVICES names them."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return [g.strip() for g in visible.split(",")][:count] if visible else \
-        [str(i) for i in range(count)]
-
-
 def reusable(grid, threads, samples, today, force=False):
     """(summaries of today's code's finished runs, runs to train); other code is set aside."""
     summaries, todo = {}, []
@@ -380,6 +360,8 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
     env = {**os.environ, "OMP_NUM_THREADS": str(threads),
            "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     running, t_start, interrupted, failed, gpu_of = [], time.time(), False, [], {}
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # the GPUs to spread runs over, by name
+    ids = [g.strip() for g in visible.split(",")][:gpus] if visible else list(map(str, range(gpus)))
     n_total = len(todo)
     # Each run's train.out size at its start, so a failure shows this attempt's output alone.
     said, out_sizes = time.time(), {}
@@ -402,8 +384,7 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
                   f" ({(time.time() - t_start) / 60:.1f} min so far)", flush=True)
             said = time.time()
             if gpus:  # the GPU running the fewest runs
-                gpu_of[key] = min(gpu_ids(gpus), key=lambda g: sum(gpu_of.get(k) == g
-                                                                   for k, *_ in running))
+                gpu_of[key] = min(ids, key=lambda g: sum(gpu_of.get(k) == g for k, *_ in running))
             running.append([key, cfg, start(key, cfg, commands[0], log), log, commands[1:]])
         try:
             if running and time.time() - said > 30:  # a word at least every 30 s while runs go

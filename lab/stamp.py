@@ -1,9 +1,8 @@
 """python -m lab.stamp --from=REV [--steps=N] FOLDER [FOLDER ...]: after a refactor, stamp the
 records REV's code trained (carrying REV's code version, or none) with today's, where today's code
 computes what REV's did: per variant, its first seed is trained again on this machine (the records'
-CPU need not be this one) by REV's code and today's, for N steps (default: all), scored on the
-whole val split; only where both log every loss equal to the last digit are that variant's records
-stamped. Says per variant what it found."""
+CPU need not be this one) by REV's code and today's, for N steps (default: all), scored on the whole
+val split; a variant whose two runs log every loss equal, to the last digit, is stamped."""
 import json
 import os
 import shlex
@@ -16,11 +15,9 @@ from configurator import ConfigError, parse_args, run_main
 
 from .runs import ROOT, code_version, command, read_log, settings_only, write_json
 
-SETTINGS = dict(
-    steps=(0, "train each check run this many steps (0: as many as the records)", 0),
-    jobs=(2, "check runs side by side (each on one thread)", 1),
-)
-SETTINGS["from"] = ("", "the git revision whose code trained the records (a commit, a tag)")
+SETTINGS = {"steps": (0, "train each check run this many steps (0: as many as the records)", 0),
+            "jobs": (2, "check runs side by side (each on one thread)", 1),
+            "from": ("", "the git revision whose code trained the records (a commit, a tag)")}
 
 
 def losses(log):
@@ -80,9 +77,8 @@ def stamp(folders, rev, steps=0, jobs=2):
     subprocess.run([sys.executable, "prepare.py", "--quiet=True"], cwd=old_root, check=True)
     # REV's code version as REV's own lab.runs computes it: the one its records carry
     theirs = subprocess.run([sys.executable, "-c", "from lab.runs import code_version; "
-                             "print(code_version())"], cwd=old_root, capture_output=True,
-                            text=True, env={**os.environ, "PYTHONPATH": old_root},
-                            check=True).stdout.strip()
+                             "print(code_version())"], cwd=old_root, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": old_root}, check=True).stdout.strip()
     today = code_version()
     print(f"REV {rev}: code version {theirs}; today's: {today}", flush=True)
     work = [(key, runs, check_runs(settings_only(runs[0][1]["config"]), old_root,

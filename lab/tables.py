@@ -1,7 +1,5 @@
 """Tables for compare.py: results.md (what a class reads, each variant named in words) and
-results.json (everything, under the variants' exact names, for re-analysis): the paired
-comparison, the in-run crossing, costs, the analysis measures per layer, learned mixing weights,
-the paper's protocol, and the learning-rate search."""
+results.json (everything, under the variants' exact names, for re-analysis)."""
 import json
 import os
 from fractions import Fraction
@@ -9,11 +7,10 @@ from fractions import Fraction
 import numpy as np
 
 import data
-from .analysis import plural
 from model import VALUE_MODES, GPTConfig
 
-from .analysis import (FLOOR, bracketed, held_on_every_seed, lr_range,
-                       noise_floor, paired_stats, vanilla_curve, verdict)
+from .analysis import (FLOOR, bracketed, held_on_every_seed, lr_range, noise_floor, paired_stats,
+                       plural, vanilla_curve, verdict)
 
 # How a class reads each value mode (results.json keeps the exact names); another mode: its name.
 MODE_NAMES = {"vanilla": "vanilla", "resformer": "ResFormer", "svformer": "SVFormer",
@@ -168,8 +165,7 @@ def search_table(search, seeds):
           "Mean final val loss over the search seeds at each peak lr (min_lr follows; "
           "inf = diverged). Best in bold; good range = the lrs within 0.02 of the best.\n",
           "| variant | " + " | ".join(f"{lr:g}" for lr in lrs) +
-          " | best lr | bracketed | good range | loss at 2x best |",
-          "|---" * (len(lrs) + 5) + "|"]
+          " | best lr | bracketed | good range | loss at 2x best |", "|---" * (len(lrs) + 5) + "|"]
     for name, by_lr in search.items():
         means = {lr: float(np.mean(v)) for lr, v in by_lr.items()}
         best = min(means, key=means.get)
@@ -277,18 +273,16 @@ def write_tables(root, results, paper, info, search=None):
         md += [f"\n## {title}\n", "| layer | " + " | ".join(map(label, variants)) + " |",
                "|---" * (len(variants) + 1) + "|"]
         for layer in range(max(len(r[key]) for r in variants.values())):
-            md.append(f"| {layer + 1} | " +
-                      " | ".join(fmt_mean(r[key][layer], r[key + "_std"][layer], len(r["seeds"]))
-                                 if layer < len(r[key]) else "-" for r in variants.values()) +
-                      " |")
+            cells = [fmt_mean(r[key][layer], r[key + "_std"][layer], len(r["seeds"]))
+                     if layer < len(r[key]) else "-" for r in variants.values()]
+            md.append(f"| {layer + 1} | " + " | ".join(cells) + " |")
     for name, r in variants.items():  # learned mixing weights, e.g. ResFormer's lambdas
         for kind, by_layer in mixing_by_layer(r.get("mixing", {})).items():
             width = max(len(v) for v in by_layer.values())
             heads = (["λ1", "λ2"] if kind == "value_lambdas" else
                      [kind] if width == 1 else [f"{kind}[{i}]" for i in range(width)])
             md += [f"\n## Learned {kind} of {label(name)}, by layer (mean over seeds)\n",
-                   "| layer | " + " | ".join(heads) + " |",
-                   "|---" * (width + 1) + "|"]
+                   "| layer | " + " | ".join(heads) + " |", "|---" * (width + 1) + "|"]
             md += [f"| {layer} | " + " | ".join(f"{x:.3f}" for x in v) + " |"
                    for layer, v in sorted(by_layer.items())]
     if search:
@@ -296,8 +290,7 @@ def write_tables(root, results, paper, info, search=None):
     if paper and "vanilla" in paper:
         md += ["\n## The paper's protocol: every variant at vanilla's best learning rate\n",
                "| variant | vanilla val loss | variant val loss | mean diff | 95% interval "
-               "| lower on |",
-               "|---|---|---|---|---|---|"]
+               "| lower on |", "|---|---|---|---|---|---|"]
         md += [f"| {label(name)} | {paper['vanilla']['val_loss_mean']:.4f} | "
                f"{r['val_loss_mean']:.4f} | {r['paired']['mean']:+.4f} | "
                f"{fmt_interval(r['paired'])} | {r['paired']['wins']} of {r['paired']['n']} |"
@@ -316,11 +309,10 @@ def one_seed_cell(r):
 def trained_on(info):
     """'' when every run trained on the machine that writes the table; else where each did."""
     machines = info.get("trained_on", {})
-    if set(machines) <= {info["hardware"]}:
-        return ""
-    return ("; the runs trained on " + ", ".join(f"{m} ({plural(n, 'run')})"
-                                                 for m, n in sorted(machines.items())) +
-            " (a run's numbers hold on the machine that printed them)")
+    return "" if set(machines) <= {info["hardware"]} else (
+        "; the runs trained on " + ", ".join(f"{m} ({plural(n, 'run')})"
+                                             for m, n in sorted(machines.items()))
+        + " (a run's numbers hold on the machine that printed them)")
 
 
 def slope_interval(curve):
@@ -347,16 +339,14 @@ def curve_table(curve, results=None):
                   f"({sizes['vanilla']:,} parameters) comes out "
                   f"{100 * curve['vanilla_reading']:+.1f}% larger. Compare each variant's "
                   f"reading with this one, not with 0.\n")
-    if curve["floor_factor"]:
-        f = curve["floor_factor"]
+    if factor := curve["floor_factor"]:
         md.append(f"Rounding alone moved a final loss by up to {curve['floor']:.4f} (the noise "
-                  f"floor): on this line that is a vanilla model {100 * (f - 1):.0f}% larger or "
-                  f"{100 * (1 - 1 / f):.0f}% smaller, so a variant read within that is not a "
-                  f"result.\n")
+                  f"floor): on this line that is a vanilla model {100 * (factor - 1):.0f}% "
+                  f"larger or {100 * (1 - 1 / factor):.0f}% smaller, so a variant read within "
+                  f"that is not a result.\n")
     md += ["| variant | its params | matches vanilla of | X% larger | 95% interval | per seed | "
-           "within the sizes measured |" + (" beyond the rounding floor |" if curve["floor_factor"]
-                                             else ""),
-           "|---|---|---|---|---|---|---|" + ("---|" if curve["floor_factor"] else "")]
+           "within the sizes measured |" + (" beyond the rounding floor |" if factor else ""),
+           "|---|---|---|---|---|---|---|" + ("---|" if factor else "")]
     for name, p in curve["placed"].items():
         if p["larger"] is None:
             md.append(f"| {label(name)} | {p['num_params']:,} | - | - | - | - | the line does "
@@ -368,8 +358,7 @@ def curve_table(curve, results=None):
         md.append(f"| {label(name)} | {p['num_params']:,} | {p['matched_params']:,.0f} | "
                   f"{100 * p['larger']:+.1f}% | {interval} | {per_seed} | "
                   f"{'yes' if p['inside'] else 'no: extrapolated'} |" +
-                  ((" no: not a result |" if p["within_floor"] else " yes |")
-                   if curve["floor_factor"] else ""))
+                  ((" no: not a result |" if p["within_floor"] else " yes |") if factor else ""))
     return md
 
 
@@ -382,8 +371,7 @@ def poor_curve_table(curve, results):
           f"{curve['r2']:.2f}; a larger model should be lower), seeds {seeds}: the points instead "
           f"of a reading. The line through them would be loss = {a:.4f} {b:+.4f} ln(params) "
           f"({slope_interval(curve)}, the sizes' means off it by {curve['residual']:.4f} rms)."]
-    if curve["floor_factor"]:
-        f = curve["floor_factor"]
+    if f := curve["floor_factor"]:
         md[-1] += (f" Rounding alone moved a final loss by up to {curve['floor']:.4f}: on that "
                    f"line, a vanilla model {100 * (f - 1):.0f}% larger or "
                    f"{100 * (1 - 1 / f):.0f}% smaller.")

@@ -94,7 +94,7 @@ def test_the_notebook_runs_and_shows_every_result(tmp_path):
     images = sum("image/png" in o.get("data", {}) for o in outputs)
     assert images == 3  # the cache bars, the curves, the attention maps
     assert "value = lambda_1 * first_value + lambda_2 * v" in text  # the switch of the modes
-    assert "value = (1 - lam) * v + lam * table" in text
+    assert "value = (1 - lam) * v + lam * e.to(v.dtype)" in text
     assert "ours (2 x 16, 32 tokens)" in text  # the cache's label says the settings it ran at
     assert text.count("    iter ") >= 2  # train.py's progress, streamed as it trains
     assert "value_embed  total" in text and "active per token" in text  # what came after
