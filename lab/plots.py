@@ -121,7 +121,8 @@ def layer_figure(plt, root, variants, key, title, claim, side, ylabel, limits):
             ax.fill_between(layers, *np.clip([mean - std, mean + std], *limits),
                             color=line.get_color(), alpha=0.15)
     ax.set(xlabel="layer", ylabel=ylabel, xticks=range(1, len(base[key] if base else mean) + 1))
-    ax.set_title("\n".join(textwrap.wrap(f"{title}; {claim}. Here: " + (
+    steps = max(r["steps"][-1] for r in shown.values())
+    ax.set_title("\n".join(textwrap.wrap(f"{title}; {claim}. Here, after {steps:,} steps: " + (
         f"mean over {seeds} seeds, band ±1 std." if seeds > 1 else "one seed."), 56)))
     return save(plt, fig, os.path.join(root, f"{key}.png"))
 
@@ -174,7 +175,8 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
         values = np.concatenate(held)
         low, high = min(0, values.min()), max(0, values.max())
         panels[0].set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
-        gap_legend(panels[min(cols, len(panels)) - 1], results, compared, band, off)
+        gap_legend(panels[min(cols, len(panels)) - 1], results, compared, band, off,
+                   colors[next(iter(compared))])
     return save(plt, fig, path or os.path.join(root, "loss.png"))
 
 
@@ -184,33 +186,40 @@ def curves_panel(ax, variants, escape_loss, unit):
     for name, r in variants.items():
         steps, curves = np.array(r["steps"]), np.array(r["curves"])
         keep = steps > 0  # step 0 (loss ~ log vocab) would flatten everything else
-        left = [e[0] for e in r.get("escape", []) if e]
-        stalled = (f" (left the plateau on {len(left)} of {len(r['escape'])} seeds)"
-                   if escape_loss and len(left) < len(r.get("escape", [])) else "")
+        left, tried = [e[0] for e in r.get("escape", []) if e], len(r.get("escape", []))
+        said = ""  # the step it left at, in words too: two triangles on one step overlap
+        if escape_loss and left:
+            said = f": leaves the plateau at step {np.mean(left):.0f}" + (
+                "" if tried == 1 else " (mean)" if len(left) == tried
+                else f" (mean; on {len(left)} of {tried} seeds)")
+        elif escape_loss and tried:
+            said = f" (left the plateau on 0 of {tried} seeds)"
         line, = ax.plot(steps[keep], curves.mean(0)[keep], marker="o", ms=3, lw=LINE,
-                        label=label(name) + stalled)
+                        label=label(name) + said)
         colors[name] = line.get_color()
         if len(curves) > 1:
             ax.fill_between(steps[keep], curves.min(0)[keep], curves.max(0)[keep],
                             color=line.get_color(), alpha=0.2)
         past = slice(2 if keep.sum() > 4 else 0, None)  # the y-range holds the band, all seeds
         shown += [curves.min(0)[keep][past], curves.max(0)[keep][past]]
-    marked, many = False, max(len(v["seeds"]) for v in variants.values()) > 1
-    for i, (name, r) in enumerate(variants.items()):  # one legend entry explains every triangle
+    many = max(len(v["seeds"]) for v in variants.values()) > 1
+    for i, (name, r) in enumerate(variants.items()):
         left = [e[0] for e in r.get("escape", []) if e]
         if escape_loss and left:  # each smaller than the last, so two on one step both show
             ax.plot([np.mean(left)], [escape_loss], marker="v", ms=max(15 - 3 * i, 5),
-                    color=colors[name], ls="none", zorder=3 + i, label=None if marked else
-                    f"leaves the early plateau: the first evaluation below the dotted line "
-                    f"({escape_loss:g})" + (", mean over the seeds that left" if many else ""))
-            marked = True
+                    color=colors[name], ls="none", zorder=3 + i)
+    if escape_loss and any(e for r in variants.values() for e in r.get("escape", [])):
+        ax.plot([], [], marker="v", ms=12, color="0.4", ls="none", label=(  # one for them all
+            f"where each leaves the early plateau (in its colour): its first evaluation below the "
+            f"dotted line ({escape_loss:g})" + (", mean over the seeds that left" if many else "")))
     low, high = np.concatenate(shown).min(), np.concatenate(shown).max()
     if escape_loss and low <= escape_loss <= high:
         ax.axhline(escape_loss, color="gray", ls=":", lw=1.5)
     if high > low:
         ax.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
-    ax.set(ylabel=f"val loss (nats per {unit})",
-           title=f"Val loss (a few fixed batches; {seeds_said(variants)}; lower is better)")
+    last = max(r["steps"][-1] for r in variants.values())
+    ax.set(ylabel=f"val loss (nats per {unit})", title=f"Val loss over {last:,} steps (a few "
+           f"fixed batches; {seeds_said(variants)}; lower is better)")
     return colors
 
 
@@ -247,7 +256,7 @@ def gap_panel(ax, name, r, paired, band, color, off):
     return held
 
 
-def gap_legend(ax, results, compared, band, off):
+def gap_legend(ax, results, compared, band, off, color):
     """One plain-words legend for the difference panels, beside the last one of their first row."""
     n = max(len(gaps[1]) for gaps in compared.values())
     finished = any(results[name].get("paired") for name in compared)  # (live: no final numbers)
@@ -260,7 +269,7 @@ def gap_legend(ax, results, compared, band, off):
     k = next((len(results[n]["calibration"]["final"]) for n in compared
               if results[n].get("calibration")), 0)  # the calibration's other seeds
     if k:
-        ax.fill_between([], [], [], color="C0", alpha=0.2, lw=0, label=(
+        ax.fill_between([], [], [], color=color, alpha=0.2, lw=0, label=(
             f"shaded, in the variant's colour: lowest to highest of {k} other seeds (another "
             f"seed lands inside about {(k - 1) / (k + 1):.0%} of the time)"
             + (f"; off the axis as far as {max(off, key=abs):+.2f}" if off else "")))
@@ -334,7 +343,7 @@ def curve_figure(plt, root, results, unit="token"):
     an arrow from each variant to the vanilla size it matches; off one line, their means joined."""
     curve = vanilla_curve(results)
     (a, b), sizes = curve["line"], curve["sizes"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 6))
     for n in sizes:
         r = results[n]
         ax.scatter([r["num_params"]] * len(r["val_loss"]), r["val_loss"], s=10, color="gray",
@@ -352,8 +361,23 @@ def curve_figure(plt, root, results, unit="token"):
     else:
         span = np.geomspace(min(sizes.values()) / 1.15, max(sizes.values()) * 1.15, 50)
         line = a + b * np.log(span)
-        ax.plot(span, line, color="black", lw=LINE,
-                label=f"vanilla, {len(sizes)} sizes (dots: seeds)")
+        ax.plot(span, line, color="black", lw=LINE, label=f"vanilla at {len(sizes)} sizes: the "
+                f"line through them (black dots: their means, grey: each seed)")
+        for n, x in sizes.items():  # each vanilla size's mean, named, so a class reads it off
+            ax.scatter([x], [curve["points"][n]], s=30, color="black", zorder=5)  # over a variant
+            ax.annotate(label(n).replace("vanilla, ", "").replace(" = ", " "),
+                        (x, curve["points"][n]), fontsize=SMALL, textcoords="offset points",
+                        xytext=(0, -20), ha="center")
+        if curve["vanilla_reading"] is not None:  # the line misses vanilla's own point: say so
+            x, loss = sizes["vanilla"], curve["points"]["vanilla"]
+            ax.annotate("", (x * (1 + curve["vanilla_reading"]), loss), (x, loss),
+                        arrowprops=dict(arrowstyle="->", color="black", lw=LINE, ls="--"),
+                        zorder=4)  # dashed: a variant's arrow of the same length shows under it
+            ax.plot([], [], color="black", lw=LINE, ls="--", marker=">", label=(
+                f"vanilla itself, read off the line the same way: as good as a vanilla model "
+                f"{abs(100 * curve['vanilla_reading']):.0f}% " + ("larger, as its own point lies "
+                "below" if curve["vanilla_reading"] >= 0 else "smaller, as its own point lies "
+                "above") + " the line; set each arrow beside this one"))
         if curve["floor"] is not None:  # a variant inside the band is within what rounding does
             ax.fill_between(span, line - curve["floor"], line + curve["floor"], color="gray",
                             alpha=0.2, lw=0, label=f"rounding floor (±{curve['floor']:.3f})")
@@ -368,7 +392,9 @@ def curve_figure(plt, root, results, unit="token"):
             if p["matched_params"]:
                 ax.annotate("", (p["matched_params"], loss), (p["num_params"], loss),
                             arrowprops=dict(arrowstyle="->", color=f"C{k}", lw=LINE))
-        ylabel, title = "whole split", "Each variant on vanilla's loss-against-size line"
+        ylabel = "whole split"
+        title = (f"Loss against size after {max(results[n]['steps'][-1] for n in sizes):,} "
+                 f"steps: each variant on vanilla's line")
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(token_units)
     ax.xaxis.set_minor_formatter(lambda x, _: token_units(x) if str(x)[0] in "2468" else "")

@@ -9,6 +9,7 @@ import pytest
 import model
 import prepare
 from configurator import parse_args
+from lab.tables import label
 
 nbformat = pytest.importorskip("nbformat", reason="pip install -r tests/requirements.txt")
 nbclient = pytest.importorskip("nbclient", reason="pip install -r tests/requirements.txt")
@@ -98,17 +99,21 @@ def test_the_notebook_runs_and_shows_every_result(tmp_path):
     assert "ours (2 x 16, 32 tokens)" in text  # the cache's label says the settings it ran at
     assert text.count("    iter ") >= 2  # train.py's progress, streamed as it trains
     assert "value_embed  total" in text and "active per token" in text  # what came after
-    # ... and the size-curve campaign's committed reading: every variant placed on vanilla's
-    # line, or, where the sizes do not lie on one, the points and no reading
+    # ... and the size-curve campaign's committed table: every mean final loss, lowest first,
+    # then (where vanilla's sizes lie near one line) each variant read off that line
     with open(os.path.join(ROOT, "docs", "results", "size_curve", "results.json")) as f:
-        curve = json.load(f)["vanilla_curve"]
-    assert "widths, loss =" in text and "learned λ_n, from 0.5" in text
+        table = json.load(f)
+    curve, modes = table["vanilla_curve"], table["modes"]
+    ladder = sorted([*curve["sizes"], *curve["placed"]], key=lambda n: modes[n]["val_loss_mean"])
+    printed = [line.split()[0] for line in text.splitlines() if line.endswith(" parameters")]
+    assert printed == [f"{modes[n]['val_loss_mean']:.4f}" for n in ladder]
+    assert "learned λ_n, from 0.5" in text
     if curve["poor"]:
-        assert "no reading, only the points" in text and "as good as" not in text
-        assert text.count("mean final loss") == len(curve["sizes"]) + len(curve["placed"])
+        assert "The line through" not in text and "vanilla itself" not in text
     else:
-        assert text.count("as good as a vanilla model") == len(curve["placed"])
-        assert f"vanilla itself comes out at {1 + curve['vanilla_reading']:.2f} times" in text
+        assert f"  vanilla itself: {1 + curve['vanilla_reading']:.2f}, as its own point" in text
+        for name, p in curve["placed"].items():
+            assert f"{label(name)}: {1 + p['larger']:.2f}" in text
     assert "SVFormer / vanilla = 0.542" in text  # (L + 1) / (2L) at GPT-2 small's L = 12
     assert text.count("val loss over the whole validation split") == 2
     assert "left the plateau" in text and "real words:" in text
