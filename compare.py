@@ -10,8 +10,7 @@ count and what it rules out.
     # a class's demo (3-5 min on 2 cores): 250 steps, one seed, with what 20 other seeds did
     # (the preset's calibration) beside each difference
     python compare.py config/demo.py
-    # the paper's protocol: every variant at one lr; here at 6e-3, a grid step below the one
-    # every variant found best (at 8.5e-3 this would train what the default does)
+    # the paper's protocol, every variant at one lr: here 6e-3, a grid step below their best
     python compare.py --lrs= --learning_rate=6e-3 --min_lr=6e-4 --out_dir=out-6e-3
     # your variants and seeds (--seeds=7 is the one seed 7); a variant's own settings after ':'
     python compare.py --modes=vanilla,resformer,resformer:n_layer=14 --seeds=1337,7,99
@@ -179,7 +178,7 @@ def main(argv):
             "other_code": cfg["reuse_other_code"], "code": today,
             "escape_loss": cfg["escape_loss"], "unit": unit, "steps": cfg["max_iters"],
             "calibration": calibration and {k: calibration[k] for k in (
-                "folder", "seeds", "command", "unused", "machines")}}
+                "folder", "seeds", "command", "unused", "machines", "floor")}}
     if not search:  # what every table describes: each variant's peak lr
         info["peak_lrs"] = {n: o.get("learning_rate", cfg["learning_rate"]) for n, o in modes}
         named = [item.rpartition("=")[0] for item in parse_list(cfg["lrs"])]

@@ -273,11 +273,15 @@ def calibrated(cfg, modes, seeds, today):
         info = json.load(open(os.path.join(folder, "results.json")))["info"]
         theirs = [s for s in info["seeds"] if s not in seeds and s not in other]
         other, commands = other + theirs, commands + [info.get("command")]
-        for (name, seed, _), run in build_grid(cfg, modes, theirs, [("", {})], folder):
+        # Rounding alone too, on whichever seeds a folder trained it: one draw of it (this seed's)
+        # does not tell its size, which varies from seed to seed.
+        floor = [(FLOOR, {**dict(modes).get("vanilla", {}), **dict(parse_modes(FLOOR))[FLOOR]})]
+        for (name, seed, _), run in build_grid(cfg, modes + floor, theirs, [("", {})], folder):
             # Each reason in words that name what is there: a calibration is a record, never
             # to be deleted, and a folder not there is not named as if it were.
-            if not os.path.isdir(run["out_dir"]):
-                unused.setdefault(name, f"{folder} has no run of it on seed {seed}")
+            if not os.path.isdir(run["out_dir"]):  # (rounding alone: only where it was trained)
+                if name != FLOOR:
+                    unused.setdefault(name, f"{folder} has no run of it on seed {seed}")
                 continue
             try:
                 summary = finished(run, run["out_dir"])
@@ -295,7 +299,9 @@ def calibrated(cfg, modes, seeds, today):
         print(f"calibration: none for {name}: {why}", flush=True)
     out = {"folder": cfg["calibration"], "seeds": other, "command": commands, "modes": {},
            "unused": unused, "machines": sorted({r.get("machine", "not recorded")
-                                                 for r in runs.values()})}
+                                                 for r in runs.values()}),
+           "floor": [runs[FLOOR, s]["val_loss_full"] - runs["vanilla", s]["val_loss_full"]
+                     for s in other if (FLOOR, s) in runs and ("vanilla", s) in runs]}
     if "vanilla" in unused or "vanilla" not in dict(modes) or not other:
         return out  # nothing to pair a difference with
     for name in [n for n, _ in modes if n != "vanilla" and n not in unused]:

@@ -15,6 +15,17 @@ TEXT, SMALL, LINE = 13, 11, 2.0
 # what the difference panels draw in grey around 0 (analysis.FLOOR's runs), in plain words
 FLOOR_LABEL = ("grey: rounding alone (vanilla again, its starting weights nudged one "
                "float32 step: what another CPU does, not another seed)")
+# One colour per variant in every picture, so a class follows it from one picture to the next;
+# any other (vanilla's other sizes, a mode of yours) takes the next colour free.
+COLORS = {"vanilla": "C0", "resformer:lambda_1=2:lambda_2=1": "C1", "svformer": "C2",
+          "resformer": "C3", "value_embed": "C4"}
+
+
+def colour(name, names):
+    """name's colour among names (the variants a picture draws, in their order)."""
+    free = [f"C{i}" for i in range(10) if f"C{i}" not in COLORS.values()]
+    others = [n for n in names if n not in COLORS]
+    return COLORS.get(name) or free[others.index(name) % len(free)]
 
 
 def pyplot():
@@ -79,8 +90,8 @@ def write_all(root, results, search=None, escape_loss=0.0, unit="token"):
                 parts = (["λ1", "λ2"] if kind == "value_lambdas" else [kind] if width == 1
                          else [f"{kind}[{i}]" for i in range(width)])
                 for i, part in enumerate(parts):
-                    ax.plot(layers, values[:, i], marker="os^v"[i % 4], lw=LINE,
-                            label=f"{label(name)}: {part}")
+                    ax.plot(layers, values[:, i], marker="os^v"[i % 4], lw=LINE, ls="-:"[i % 2],
+                            color=colour(name, list(learned)), label=f"{label(name)}: {part}")
         ax.axhline(0.5, color="gray", ls="--", lw=1.5, label="the start: 0.5")
         n_layer = max(max(b) for k in learned.values() for b in k.values())
         ax.set(xlabel="layer", xticks=range(1, n_layer + 1))
@@ -116,7 +127,8 @@ def layer_figure(plt, root, variants, key, title, claim, side, ylabel, limits):
         if base is not None and name != "vanilla" and len(base[key]) == len(mean):
             on_side = (mean > base[key]) if side == "above" else (mean < base[key])
             said += f": {side} vanilla in {on_side[-deep:].sum()} of the {deep} deepest layers"
-        line, = ax.plot(layers, mean, marker="o", ms=4, lw=LINE, label=said)
+        line, = ax.plot(layers, mean, marker="o", ms=4, lw=LINE, label=said,
+                        color=colour(name, list(shown)))
         if seeds > 1:
             ax.fill_between(layers, *np.clip([mean - std, mean + std], *limits),
                             color=line.get_color(), alpha=0.15)
@@ -158,7 +170,9 @@ def loss_figure(plt, root, results, escape_loss=0.0, path=None, unit="token"):
     fig = plt.figure(figsize=(8, 4.8 + 3.2 * rows))
     spec = fig.add_gridspec(1 + rows, cols, height_ratios=[3] + [2] * rows)
     top = fig.add_subplot(spec[0, :])
-    colors = curves_panel(top, variants, escape_loss, unit)
+    # vanilla's other sizes crowd the curves: size_curve.png shows them, where they are the point
+    shown = {n: r for n, r in variants.items() if n == "vanilla" or not is_vanilla_size(n)}
+    colors = curves_panel(top, shown if len(shown) > 1 else variants, escape_loss, unit)
     per_step = next(iter(results.values())).get("tokens_per_step")
     xlabel = f"step ({per_step:,} tokens each)" if per_step else "step"
     top.set_xlabel("" if compared else xlabel)
@@ -195,7 +209,7 @@ def curves_panel(ax, variants, escape_loss, unit):
         elif escape_loss and tried:
             said = f" (left the plateau on 0 of {tried} seeds)"
         line, = ax.plot(steps[keep], curves.mean(0)[keep], marker="o", ms=3, lw=LINE,
-                        label=label(name) + said)
+                        color=colour(name, list(variants)), label=label(name) + said)
         colors[name] = line.get_color()
         if len(curves) > 1:
             ax.fill_between(steps[keep], curves.min(0)[keep], curves.max(0)[keep],
@@ -218,8 +232,9 @@ def curves_panel(ax, variants, escape_loss, unit):
     if high > low:
         ax.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
     last = max(r["steps"][-1] for r in variants.values())
-    ax.set(ylabel=f"val loss (nats per {unit})", title=f"Val loss over {last:,} steps (a few "
-           f"fixed batches; {seeds_said(variants)}; lower is better)")
+    ax.set(ylabel=f"val loss (nats per {unit})", title=textwrap.fill(
+        f"Val loss over {last:,} steps (a few fixed batches; {seeds_said(variants)}; lower is "
+        f"better)", 70))
     return colors
 
 
@@ -317,17 +332,17 @@ def lr_figure(plt, root, search, unit="token"):
     fig, ax = plt.subplots(figsize=(6, 4))
     finite = [x for by_lr in search.values() for v in by_lr.values() for x in v if np.isfinite(x)]
     ceiling = max(finite) + 0.05 * (max(finite) - min(finite) + 1e-3)
-    for k, (name, by_lr) in enumerate(search.items()):
-        lrs = sorted(by_lr)
+    for name, by_lr in search.items():
+        lrs, c = sorted(by_lr), colour(name, list(search))
         means = [np.mean(by_lr[lr]) for lr in lrs]
         for lr in lrs:
             ax.scatter([lr] * len(by_lr[lr]), np.minimum(by_lr[lr], ceiling), s=12,
-                       color=f"C{k}", alpha=0.5)
-        ax.plot(lrs, np.minimum(means, ceiling), color=f"C{k}", lw=LINE,
+                       color=c, alpha=0.5)
+        ax.plot(lrs, np.minimum(means, ceiling), color=c, lw=LINE,
                 label=f"{label(name)} (dots: seeds)")
         best = lrs[int(np.argmin(means))]
         edge = not bracketed(dict(zip(lrs, means)))  # the lowest point at the grid's edge
-        ax.scatter([best], [min(means)], s=120, facecolors="none", edgecolors=f"C{k}", lw=2,
+        ax.scatter([best], [min(means)], s=120, facecolors="none", edgecolors=c, lw=2,
                    ls="--" if edge else "-", label=f"{label(name)}: " + (
                        f"lowest at the grid's edge, {best:g} (not bracketed)" if edge
                        else f"best {best:g}"))
@@ -353,9 +368,9 @@ def curve_figure(plt, root, results, unit="token"):
         ax.plot([sizes[n] for n in by_size], [curve["points"][n] for n in by_size], "o--",
                 color="black", lw=LINE, label=f"vanilla, {len(sizes)} sizes (grey dots: seeds): "
                 f"not on one line (R² {curve['r2']:.2f}), so no reading")
-        for k, name in enumerate(n for n in curve["placed"] if n != FLOOR):
+        for name in (n for n in curve["placed"] if n != FLOOR):
             ax.scatter([results[name]["num_params"]], [results[name]["val_loss_mean"]], s=60,
-                       color=f"C{k}", zorder=3, label=label(name))
+                       color=colour(name, list(results)), zorder=3, label=label(name))
         ylabel, title = ("whole split, mean over seeds",
                          "Vanilla's loss against size, and each variant")
     else:
@@ -375,23 +390,23 @@ def curve_figure(plt, root, results, unit="token"):
                         zorder=4)  # dashed: a variant's arrow of the same length shows under it
             ax.plot([], [], color="black", lw=LINE, ls="--", marker=">", label=(
                 f"vanilla itself, read off the line the same way: as good as a vanilla model "
-                f"{abs(100 * curve['vanilla_reading']):.0f}% " + ("larger, as its own point lies "
-                "below" if curve["vanilla_reading"] >= 0 else "smaller, as its own point lies "
-                "above") + " the line; set each arrow beside this one"))
+                f"{1 + curve['vanilla_reading']:.2f} times its size (its own point lies "
+                f"{'below' if curve['vanilla_reading'] >= 0 else 'above'} the line): compare "
+                f"each arrow's length with this one"))
         if curve["floor"] is not None:  # a variant inside the band is within what rounding does
             ax.fill_between(span, line - curve["floor"], line + curve["floor"], color="gray",
                             alpha=0.2, lw=0, label=f"rounding floor (±{curve['floor']:.3f})")
         placed = {n: p for n, p in curve["placed"].items() if n != FLOOR}  # (analysis skips it)
-        for k, (name, p) in enumerate(placed.items()):
-            loss = results[name]["val_loss_mean"]
+        for name, p in placed.items():
+            loss, c = results[name]["val_loss_mean"], colour(name, list(results))
             text = label(name) + ("" if p["larger"] is None else
-                                  f": as good as a vanilla model {abs(100 * p['larger']):.0f}% "
-                                  f"{'larger' if p['larger'] >= 0 else 'smaller'}" +
-                                  (" (within the rounding floor)" if p["within_floor"] else ""))
-            ax.scatter([p["num_params"]], [loss], s=60, color=f"C{k}", zorder=3, label=text)
+                                  f": as good as a vanilla model {1 + p['larger']:.2f} times its "
+                                  f"size" + (" (within the rounding floor)" if p["within_floor"]
+                                             else ""))
+            ax.scatter([p["num_params"]], [loss], s=90, color=c, zorder=3, label=text)
             if p["matched_params"]:
                 ax.annotate("", (p["matched_params"], loss), (p["num_params"], loss),
-                            arrowprops=dict(arrowstyle="->", color=f"C{k}", lw=LINE))
+                            arrowprops=dict(arrowstyle="->", color=c, lw=LINE))
         ylabel = "whole split"
         title = (f"Loss against size after {max(results[n]['steps'][-1] for n in sizes):,} "
                  f"steps: each variant on vanilla's line")

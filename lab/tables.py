@@ -135,9 +135,9 @@ def one_seed_verdict(results, compared, info, floor, unit):
              for name, r in compared.items() if r["kv_cache_bytes_per_token"] != base]
     if n_cal:  # (held needs the calibration: it is empty without one)
         lines.append(f"\nWhat held on all {n_cal + 1} seeds at {info.get('steps', 'these')} "
-                     f"steps (the early plateau: the first steps, until the val loss falls below "
-                     f"{info.get('escape_loss', 0):g}): " + ("; ".join(held) or "nothing about "
-                                                            "the loss") + "." + (
+                     f"steps (another may still differ; the early plateau: the first steps, until "
+                     f"the val loss falls below {info.get('escape_loss', 0):g}): "
+                     + ("; ".join(held) or "nothing about the loss") + "." + (
                          f" The final loss of {', '.join(unsettled)} is not settled at this "
                          f"length: lower on some seeds, higher on others." if unsettled else ""))
         where = ", ".join(cal.get("machines") or [])
@@ -148,10 +148,14 @@ def one_seed_verdict(results, compared, info, floor, unit):
         lines.append("\nWhat holds on any seed: " + "; ".join(cache) + ".")
     if floor is not None:
         sizes = " and ".join(f"{abs(r['paired']['mean']):.3f}" for r in compared.values())
+        others = [abs(x) for x in cal.get("floor") or []]
         lines.append(f"\nRounding alone: vanilla trained again from starting weights nudged one "
                      f"float32 step (one draw, this seed) ended {floor:.4f} away from vanilla, "
-                     f"against the differences of {sizes} above. That is what another CPU or "
-                     f"thread count does to a run" + (
+                     f"against the differences of {sizes} above" + (
+                         f"; on {plural(len(others), 'other seed')} of the calibration it moved "
+                         f"vanilla by {min(others):.3f} to {max(others):.3f}, so this one draw "
+                         f"does not tell its size" if others else "") + ". That is what another "
+                     f"CPU or thread count does to a run" + (
                          "; another seed does more (the ranges above)." if n_cal else
                          ". It is the only band here; another seed moves a difference much "
                          "further (--calibration, or --seeds=1337,1338,1339 for an interval)."))
@@ -192,9 +196,10 @@ def lr_said(info, search):
               f" (named by --lrs for {', '.join(named)}; {', '.join(others)} at the preset's "
               f"learning_rate)")
     if len(set(lrs.values())) == 1:  # (each one's own, where --lrs named them all: the same)
-        return (f"Every variant at the same peak learning rate, {next(iter(lrs.values())):g}"
-                f"{source}" + (": each one's own, found the same" if named and not others else
-                               ": one lr for all, as in the paper's protocol") + ".\n")
+        said = ("each variant's own best, the same for all" if named and not others else
+                "one lr for all, as in the paper's protocol")
+        return (f"Every variant at the same peak learning rate, "
+                f"{next(iter(lrs.values())):g}{source}: {said}.\n")
     return ("Each variant at its own peak learning rate (" +
             ", ".join(f"{n} {lr:g}" for n, lr in lrs.items()) + f"){source}.\n")
 
@@ -254,9 +259,10 @@ def write_tables(root, results, paper, info, search=None):
     md += ["\n## What each variant costs\n",
            "Parameters (position embeddings left out), those one token uses (a table counts one "
            "row), training FLOPs per token (6 x the matmul parameters + attention), the KV cache, "
-           "and each run's speed beside whatever else ran (bench.py compares speeds).\n",
+           "and each run's tokens a second while it shared the cores with the others: not a "
+           "speed test (bench.py times the modes side by side in one process).\n",
            "| variant | total params | active params / token | FLOPs / token | KV cache B/token "
-           "| train tokens/s (per run) |", "|---|---|---|---|---|---|"]
+           "| train tokens/s (sharing the cores) |", "|---|---|---|---|---|---|"]
     variants = {n: r for n, r in results.items() if n != FLOOR}  # the floor is vanilla again
     for n, r in variants.items():
         speed = f"{r['tokens_per_sec']:,.0f}" if np.isfinite(r["tokens_per_sec"]) else "-"

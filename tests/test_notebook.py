@@ -93,7 +93,7 @@ def test_the_notebook_runs_and_shows_every_result(tmp_path):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs)
     images = sum("image/png" in o.get("data", {}) for o in outputs)
-    assert images == 3  # the cache bars, the curves, the attention maps
+    assert images == 4  # the cache bars, the curves, the attention maps, the "less data" one
     assert "value = lambda_1 * first_value + lambda_2 * v" in text  # the switch of the modes
     assert "value = (1 - lam) * v + lam * e.to(v.dtype)" in text
     assert "ours (2 x 16, 32 tokens)" in text  # the cache's label says the settings it ran at
@@ -108,6 +108,9 @@ def test_the_notebook_runs_and_shows_every_result(tmp_path):
     printed = [line.split()[0] for line in text.splitlines() if line.endswith(" parameters")]
     assert printed == [f"{modes[n]['val_loss_mean']:.4f}" for n in ladder]
     assert "learned λ_n, from 0.5" in text
+    mix = modes["resformer:lambda_1=2:lambda_2=1"]  # ... and its "less data", seed by seed
+    shares = [c / modes["vanilla"]["total_tokens"] for c in mix["crossing_tokens"] if c]
+    assert f"each seed's own crossing, averaged: {sum(shares) / len(shares):.0%}" in text
     if curve["poor"]:
         assert "The line through" not in text and "vanilla itself" not in text
     else:

@@ -120,6 +120,14 @@ def test_the_demos_calibration_is_reused_by_todays_code():
     found = calibrated(cfg, own_lrs(modes, cfg), parse_seeds(cfg["seeds"]), code_version())
     assert found["unused"] == {} and len(found["seeds"]) == 20
     assert set(found["modes"]) == {name for name, _ in modes if name != "vanilla"}
+    # ... and rounding alone where the calibration trained it (10 of its seeds), so the demo
+    # says how far it moved vanilla there, not only on its own seed
+    table = json.load(open(RESULTS / "demo_calibration" / "results.json"))["modes"]
+    vanilla = dict(zip(table["vanilla"]["seeds"], table["vanilla"]["val_loss"]))
+    nudged = dict(zip(table[analysis.FLOOR]["seeds"], table[analysis.FLOOR]["val_loss"]))
+    assert len(found["floor"]) == len(nudged) == 10
+    assert sorted(f"{x:.4f}" for x in found["floor"]) == sorted(
+        f"{nudged[s] - vanilla[s]:.4f}" for s in nudged)
 
 
 def test_the_default_comparisons_verdicts_do_not_flip_with_the_rounding():
