@@ -273,8 +273,7 @@ def calibrated(cfg, modes, seeds, today):
         info = json.load(open(os.path.join(folder, "results.json")))["info"]
         theirs = [s for s in info["seeds"] if s not in seeds and s not in other]
         other, commands = other + theirs, commands + [info.get("command")]
-        # Rounding alone too, on whichever seeds a folder trained it: one draw of it (this seed's)
-        # does not tell its size, which varies from seed to seed.
+        # Rounding alone too, where a folder trained it: one draw of it does not tell its size.
         floor = [(FLOOR, {**dict(modes).get("vanilla", {}), **dict(parse_modes(FLOOR))[FLOOR]})]
         for (name, seed, _), run in build_grid(cfg, modes + floor, theirs, [("", {})], folder):
             # Each reason in words that name what is there: a calibration is a record, never

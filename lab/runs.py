@@ -23,6 +23,7 @@ from model import GPT
 from train import ACTIONS, SETTINGS as TRAIN_SETTINGS
 
 from .analysis import analyse, plural, sizes
+from .tables import label
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_PY = os.path.join(ROOT, "train.py")
@@ -120,15 +121,15 @@ def last_step(run_dir):
     return step, loss
 
 
-def progress(running, t_start):
-    """' (1.5 min so far; vanilla_seed1 at step 120 of 250, val loss 2.697)': what each run does."""
-    said = []
-    for _, cfg, _, _, rest in running:
-        name, (step, loss) = os.path.basename(cfg["out_dir"]), last_step(cfg["out_dir"])
-        said.append(f"{name} evaluating on the whole validation split" if not rest else
-                    f"{name} at step {step} of {cfg['max_iters']}"
-                    + (f", val loss {loss:.3f}" if loss else ""))
-    return f" ({(time.time() - t_start) / 60:.1f} min so far{''.join('; ' + s for s in said)})"
+def progress(running, t_start, since):
+    """What each run is doing, a line each; since: when each run's evaluation started, by key."""
+    said = [f"   {(time.time() - t_start) / 60:.1f} min so far:"]
+    for key, cfg, _, _, rest in running:
+        (step, loss), who = last_step(cfg["out_dir"]), f"{label(key[0])}, seed {key[1]}"
+        said.append(f"      {who}: " + (f"step {step} of {cfg['max_iters']}" + (
+            f", val loss {loss:.3f}" if loss else "") if rest else "its loss on every validation "
+            f"token, {time.time() - since.get(key, t_start):.0f} s so far"))
+    return "\n".join(said)
 
 
 def settings_only(cfg):
@@ -364,7 +365,7 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
     ids = [g.strip() for g in visible.split(",")][:gpus] if visible else list(map(str, range(gpus)))
     n_total = len(todo)
     # Each run's train.out size at its start, so a failure shows this attempt's output alone.
-    said, out_sizes = time.time(), {}
+    said, out_sizes, since = time.time(), {}, {}
     drawn = time.time()  # the live picture's own clock: runs that start do not postpone it
 
     def start(key, cfg, args, log):
@@ -382,13 +383,13 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
             print(f"[{n_total - len(todo)}/{n_total}] {cfg['out_dir']}: " +
                   ("resuming from its checkpoint" if resuming else "training") +
                   f" ({(time.time() - t_start) / 60:.1f} min so far)", flush=True)
-            said = time.time()
+            said = time.time() - 20  # the first word on it 10 s later, then every 30 s
             if gpus:  # the GPU running the fewest runs
                 gpu_of[key] = min(ids, key=lambda g: sum(gpu_of.get(k) == g for k, *_ in running))
             running.append([key, cfg, start(key, cfg, commands[0], log), log, commands[1:]])
         try:
             if running and time.time() - said > 30:  # a word at least every 30 s while runs go
-                print("   " + progress(running, t_start), flush=True)
+                print(progress(running, t_start, since), flush=True)
                 said = time.time()
             if on_progress and running and time.time() - drawn > 30:
                 on_progress()
@@ -402,7 +403,7 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
             if process.poll() is None:
                 continue
             if process.returncode == 0 and rest and not interrupted:  # its evaluation next
-                item[2:] = [start(key, cfg, rest[0], log), log, rest[1:]]
+                item[2:], since[key] = [start(key, cfg, rest[0], log), log, rest[1:]], time.time()
                 print(f"    trained {cfg['out_dir']}; now its loss on every validation token",
                       flush=True)
                 continue
@@ -411,7 +412,7 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
             if process.returncode == 0 and not rest:
                 summaries[key] = summarise(cfg, cfg["out_dir"], samples, threads)
                 print(f"    done {cfg['out_dir']}: val loss {summaries[key]['val_loss_full']:.4f}" +
-                      progress(running, t_start), flush=True)
+                      f" ({(time.time() - t_start) / 60:.1f} min so far)", flush=True)
             elif process.returncode in (0, 130) or interrupted:  # a run the Ctrl-C stopped
                 interrupted = True
             elif any(r["kind"] == "diverged" for r in read_log(cfg["out_dir"])):
@@ -420,7 +421,7 @@ def run_grid(grid, jobs, threads, samples, today, on_progress=None, gpus=0, forc
                     "config": cfg, "status": "diverged", "val_loss_full": None,
                     "code": recorded_code(cfg["out_dir"]), "machine": hardware(cfg["device"])})
                 print(f"    diverged {cfg['out_dir']} (counts as worse than any finite loss)" +
-                      progress(running, t_start), flush=True)
+                      f" ({(time.time() - t_start) / 60:.1f} min so far)", flush=True)
             else:
                 failed.append(cfg["out_dir"])
                 print(f"    FAILED {cfg['out_dir']} (" + (

@@ -623,11 +623,13 @@ def test_the_word_every_30_s_says_what_each_run_is_doing(tmp_path):
                                    "step 20: train loss 3.3000, val loss 3.2500\n"
                                    "iter 30/250: loss 3.1000, lr 8.50e-03, 9 ms/step\n")
     assert runs.read_log(run) == [] and runs.last_step(run) == (30, 3.25)
-    said = runs.progress([[None, {"out_dir": str(run), "max_iters": 250}, None, None, ["eval"]],
-                          [None, {"out_dir": str(other), "max_iters": 250}, None, None, []]],
-                         time.time())
-    assert said == (" (0.0 min so far; vanilla_seed1 at step 30 of 250, val loss 3.250; "
-                    "svformer_seed1 evaluating on the whole validation split)")
+    now = time.time()
+    said = runs.progress([[("vanilla", 1, ""), {"out_dir": str(run), "max_iters": 250}, None,
+                           None, ["eval"]],
+                          [("svformer", 1, ""), {"out_dir": str(other), "max_iters": 250}, None,
+                           None, []]], now, {("svformer", 1, ""): now - 42})
+    assert said == ("   0.0 min so far:\n      vanilla, seed 1: step 30 of 250, val loss 3.250\n"
+                    "      SVFormer, seed 1: its loss on every validation token, 42 s so far")
 
 
 def test_pictures_and_tables_name_the_variants_in_words():
