@@ -286,7 +286,7 @@ def gap_legend(ax, results, compared, band, off, color):
     if k:
         ax.fill_between([], [], [], color=color, alpha=0.2, lw=0, label=(
             f"shaded, in the variant's colour: lowest to highest of {k} other seeds (another "
-            f"seed lands inside about {(k - 1) / (k + 1):.0%} of the time)"
+            f"lands inside {k - 1} times in {k + 1}, about {(k - 1) / (k + 1):.0%})"
             + (f"; off the axis as far as {max(off, key=abs):+.2f}" if off else "")))
     if band is not None:  # its size at the end: the whole split's where the runs finished
         end, many = noise_floor(results), len(results[FLOOR]["seeds"]) > 1

@@ -111,8 +111,8 @@ def one_seed_verdict(results, compared, info, floor, unit):
     lines = [f"**Verdict: one seed ({info['seeds'][0]}), so each difference is one draw.** Each "
              f"variant's final val loss minus vanilla's on this seed (nats per {unit})" + (
                  f", and the lowest and highest the same difference reached on {n_cal} other "
-                 f"seeds ({cal['folder']}): another seed lands inside such a range about "
-                 f"{(n_cal - 1) / (n_cal + 1):.0%} of the time.\n" if n_cal else ":\n")]
+                 f"seeds ({cal['folder']}): another seed lands inside such a range "
+                 f"{n_cal - 1} times in {n_cal + 1}.\n" if n_cal else ":\n")]
     held, unsettled = [], []
     for name, r in compared.items():
         d, words = r["paired"]["mean"], label(name)
