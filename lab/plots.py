@@ -15,8 +15,7 @@ TEXT, SMALL, LINE = 13, 11, 2.0
 # what the difference panels draw in grey around 0 (analysis.FLOOR's runs), in plain words
 FLOOR_LABEL = ("grey: rounding alone (vanilla again, its starting weights nudged one "
                "float32 step: what another CPU does, not another seed)")
-# One colour per variant in every picture, so a class follows it from one picture to the next;
-# any other (vanilla's other sizes, a mode of yours) takes the next colour free.
+# One colour per variant in every picture, so a class can follow it; any other takes one free.
 COLORS = {"vanilla": "C0", "resformer:lambda_1=2:lambda_2=1": "C1", "svformer": "C2",
           "resformer": "C3", "value_embed": "C4"}
 
@@ -227,6 +226,7 @@ def curves_panel(ax, variants, escape_loss, unit):
             f"where each leaves the early plateau (in its colour): its first evaluation below the "
             f"dotted line ({escape_loss:g})" + (", mean over the seeds that left" if many else "")))
     low, high = np.concatenate(shown).min(), np.concatenate(shown).max()
+    high = max(high, escape_loss + 0.4) if escape_loss else high  # the plateau itself in view
     if escape_loss and low <= escape_loss <= high:
         ax.axhline(escape_loss, color="gray", ls=":", lw=1.5)
     if high > low:
@@ -234,7 +234,7 @@ def curves_panel(ax, variants, escape_loss, unit):
     last = max(r["steps"][-1] for r in variants.values())
     ax.set(ylabel=f"val loss (nats per {unit})", title=textwrap.fill(
         f"Val loss over {last:,} steps (a few fixed batches; {seeds_said(variants)}; lower is "
-        f"better)", 70))
+        f"better)", 80))
     return colors
 
 
@@ -287,7 +287,7 @@ def gap_legend(ax, results, compared, band, off, color):
         ax.fill_between([], [], [], color=color, alpha=0.2, lw=0, label=(
             f"shaded, in the variant's colour: lowest to highest of {k} other seeds (another "
             f"lands inside {k - 1} times in {k + 1}, about {(k - 1) / (k + 1):.0%})"
-            + (f"; off the axis as far as {max(off, key=abs):+.2f}" if off else "")))
+            + (f"; off the axis, at some step, as far as {max(off, key=abs):+.2f}" if off else "")))
     if band is not None:  # its size at the end: the whole split's where the runs finished
         end, many = noise_floor(results), len(results[FLOOR]["seeds"]) > 1
         end = band[1][-1] if end is None else end
@@ -383,6 +383,7 @@ def curve_figure(plt, root, results, unit="token"):
             ax.annotate(label(n).replace("vanilla, ", "").replace(" = ", " "),
                         (x, curve["points"][n]), fontsize=SMALL, textcoords="offset points",
                         xytext=(0, -20), ha="center")
+        own = 1 + (curve["vanilla_reading"] or 0)  # vanilla's own point, read off its own line
         if curve["vanilla_reading"] is not None:  # the line misses vanilla's own point: say so
             x, loss = sizes["vanilla"], curve["points"]["vanilla"]
             ax.annotate("", (x * (1 + curve["vanilla_reading"]), loss), (x, loss),
@@ -401,15 +402,14 @@ def curve_figure(plt, root, results, unit="token"):
             loss, c = results[name]["val_loss_mean"], colour(name, list(results))
             text = label(name) + ("" if p["larger"] is None else
                                   f": as good as a vanilla model {1 + p['larger']:.2f} times its "
-                                  f"size" + (" (within the rounding floor)" if p["within_floor"]
-                                             else ""))
+                                  f"size, {(1 + p['larger']) / own:.2f} times vanilla's own reading"
+                                  + (" (within the rounding floor)" if p["within_floor"] else ""))
             ax.scatter([p["num_params"]], [loss], s=90, color=c, zorder=3, label=text)
             if p["matched_params"]:
                 ax.annotate("", (p["matched_params"], loss), (p["num_params"], loss),
                             arrowprops=dict(arrowstyle="->", color=c, lw=LINE))
-        ylabel = "whole split"
-        title = (f"Loss against size after {max(results[n]['steps'][-1] for n in sizes):,} "
-                 f"steps: each variant on vanilla's line")
+        steps = max(results[n]["steps"][-1] for n in sizes)
+        ylabel, title = "whole split", f"Loss against size after {steps:,} steps, on vanilla's line"
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(token_units)
     ax.xaxis.set_minor_formatter(lambda x, _: token_units(x) if str(x)[0] in "2468" else "")
