@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 STAMPED = ["default", "default_2threads", "default_check", "default_check_2threads",
            "demo_calibration", "demo_heldout", "demo_check", "demo_check_2threads",
-           "demo_seed1337_2threads", "size_curve", "vanilla_seed5001_check"]
+           "demo_seed1337_2threads", "size_curve", "vanilla_seed5001_check", "long_6e-3"]
 
 
 def records(folder):
