@@ -200,13 +200,11 @@ def curves_panel(ax, variants, escape_loss, unit):
         steps, curves = np.array(r["steps"]), np.array(r["curves"])
         keep = steps > 0  # step 0 (loss ~ log vocab) would flatten everything else
         left, tried = [e[0] for e in r.get("escape", []) if e], len(r.get("escape", []))
-        said = ""  # the step it left at, in words too: two triangles on one step overlap
-        if escape_loss and left:
-            said = f": leaves the plateau at step {np.mean(left):.0f}" + (
-                "" if tried == 1 else " (mean)" if len(left) == tried
-                else f" (mean; on {len(left)} of {tried} seeds)")
-        elif escape_loss and tried:
-            said = f" (left the plateau on 0 of {tried} seeds)"
+        mean = "" if tried == 1 else " (mean)" if len(left) == tried else (
+            f" (mean; on {len(left)} of {tried} seeds)")
+        said = "" if not (escape_loss and tried) else (  # in words too: triangles can overlap
+            f": leaves the plateau at step {np.mean(left):.0f}{mean}" if left
+            else f" (left the plateau on 0 of {tried} seeds)")
         line, = ax.plot(steps[keep], curves.mean(0)[keep], marker="o", ms=3, lw=LINE,
                         color=colour(name, list(variants)), label=label(name) + said)
         colors[name] = line.get_color()
@@ -292,7 +290,8 @@ def gap_legend(ax, results, compared, band, off, color):
         end, many = noise_floor(results), len(results[FLOOR]["seeds"]) > 1
         end = band[1][-1] if end is None else end
         ax.fill_between([], [], [], color="0.55", alpha=0.35, lw=0, label=(
-            f"{FLOOR_LABEL}: {'up to ' if many else ''}{end:.3f} at the end"))
+            f"{FLOOR_LABEL}: {'up to ' if many else ''}{end:.3f} at the end"
+            + ("" if many else " (one draw: on another seed it can be far larger)")))
 
 
 def live_loss(root, grid, escape_loss=0.0, unit="token", calibration=None):

@@ -124,11 +124,11 @@ def last_step(run_dir):
 def progress(running, t_start, since):
     """What each run is doing, a line each; since: when each run's evaluation started, by key."""
     said = [f"   {(time.time() - t_start) / 60:.1f} min so far:"]
-    for key, cfg, _, _, rest in running:
-        (step, loss), who = last_step(cfg["out_dir"]), f"{label(key[0])}, seed {key[1]}"
-        said.append(f"      {who}: " + (f"step {step} of {cfg['max_iters']}" + (
-            f", val loss {loss:.3f}" if loss else "") if rest else "its loss on every validation "
-            f"token, {time.time() - since.get(key, t_start):.0f} s so far"))
+    for key, cfg, _, _, rest in running:  # no loss: runs sharing cores are at different steps
+        step, who = last_step(cfg["out_dir"])[0], f"{label(key[0])}, seed {key[1]}"
+        said.append(f"      {who}: " + (f"step {step} of {cfg['max_iters']}" if rest else
+                    f"its loss on every validation token, "
+                    f"{time.time() - since.get(key, t_start):.0f} s so far"))
     return "\n".join(said)
 
 

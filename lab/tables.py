@@ -112,7 +112,8 @@ def one_seed_verdict(results, compared, info, floor, unit):
              f"variant's final val loss minus vanilla's on this seed (nats per {unit})" + (
                  f", and the lowest and highest the same difference reached on {n_cal} other "
                  f"seeds ({cal['folder']}): another seed lands inside such a range "
-                 f"{n_cal - 1} times in {n_cal + 1}.\n" if n_cal else ":\n")]
+                 f"{n_cal - 1} times in {n_cal + 1} (it is as likely to fall below, above or "
+                 f"between any two of them).\n" if n_cal else ":\n")]
     held, unsettled = [], []
     for name, r in compared.items():
         d, words = r["paired"]["mean"], label(name)
@@ -196,7 +197,7 @@ def lr_said(info, search):
               f" (named by --lrs for {', '.join(named)}; {', '.join(others)} at the preset's "
               f"learning_rate)")
     if len(set(lrs.values())) == 1:  # (each one's own, where --lrs named them all: the same)
-        said = ("each variant's own best, the same for all" if named and not others else
+        said = ("each one's searched best (the same for all)" if named and not others else
                 "one lr for all, as in the paper's protocol")
         return (f"Every variant at the same peak learning rate, "
                 f"{next(iter(lrs.values())):g}{source}: {said}.\n")

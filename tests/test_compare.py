@@ -606,7 +606,8 @@ def test_the_live_picture_is_drawn_from_the_logs_with_the_floor_as_a_grey_band(t
     assert red == green == blue  # grey, and said with its size at the end
     said = [t.get_text().replace("\n", " ") for t in gap.get_legend().get_texts()]
     end = abs(logs[FLOOR, 1][-1] - logs["vanilla", 1][-1])  # the last step's, not the largest
-    assert said[-1] == plots.textwrap.fill(f"{plots.FLOOR_LABEL}: {end:.3f} at the end",
+    assert said[-1] == plots.textwrap.fill(f"{plots.FLOOR_LABEL}: {end:.3f} at the end (one "
+                                           f"draw: on another seed it can be far larger)",
                                            34).replace("\n", " ")
     assert gap.get_xlabel() == "step (64 tokens each)"
     plots.live_loss(str(tmp_path), [item for item in grid if item[0][0] == "resformer"])
@@ -628,7 +629,7 @@ def test_the_word_every_30_s_says_what_each_run_is_doing(tmp_path):
                            None, ["eval"]],
                           [("svformer", 1, ""), {"out_dir": str(other), "max_iters": 250}, None,
                            None, []]], now, {("svformer", 1, ""): now - 42})
-    assert said == ("   0.0 min so far:\n      vanilla, seed 1: step 30 of 250, val loss 3.250\n"
+    assert said == ("   0.0 min so far:\n      vanilla, seed 1: step 30 of 250\n"
                     "      SVFormer, seed 1: its loss on every validation token, 42 s so far")
 
 
