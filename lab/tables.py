@@ -155,7 +155,7 @@ def one_seed_verdict(results, compared, info, floor, unit):
                      f"against the differences of {sizes} above" + (
                          f"; on {plural(len(others), 'other seed')} of the calibration it moved "
                          f"vanilla by {min(others):.3f} to {max(others):.3f}, so this one draw "
-                         f"does not tell its size" if others else "") + ". That is what another "
+                         "does not tell its size" if others else "") + ". That is what another "
                      f"CPU or thread count does to a run" + (
                          "; another seed does more (the ranges above)." if n_cal else
                          ". It is the only band here; another seed moves a difference much "
