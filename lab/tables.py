@@ -156,7 +156,7 @@ def one_seed_verdict(results, compared, info, floor, unit):
                          f"; on {plural(len(others), 'other seed')} of the calibration it moved "
                          f"vanilla by {min(others):.3f} to {max(others):.3f}, so this one draw "
                          "does not tell its size" if others else "") + ". That is what another "
-                     f"CPU or thread count does to a run" + (
+                     "CPU or thread count does to a run" + (
                          "; another seed does more (the ranges above)." if n_cal else
                          ". It is the only band here; another seed moves a difference much "
                          "further (--calibration, or --seeds=1337,1338,1339 for an interval)."))
